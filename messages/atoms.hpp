@@ -1,0 +1,13 @@
+// Atoms of the actor protocols (CAF 0.17: atom_constant, at most 10 characters).
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace maxkernel::messages {
+
+using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+using analyze_atom = caf::atom_constant<caf::atom("analyze")>;
+using info_atom = caf::atom_constant<caf::atom("info")>;
+
+}  // namespace maxkernel::messages

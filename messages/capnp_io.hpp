@@ -1,0 +1,67 @@
+// Encoding and decoding of Cap'n Proto messages to flat byte strings: the one form in which
+// a message crosses an actor boundary, a ZeroMQ socket or goes to disk.
+#pragma once
+
+#include <capnp/dynamic.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace maxkernel::messages {
+
+// Serializes a whole message (segment table + segments) into a byte string.
+std::string encode(capnp::MessageBuilder& message);
+
+// Copies the root of `reader` into a fresh message and serializes it.
+template <class Reader>
+std::string encode_root(Reader reader) {
+  capnp::MallocMessageBuilder message;
+  message.setRoot(reader);
+  return encode(message);
+}
+
+// Owns the aligned copy of the bytes and the reader over them. Bytes from a socket are
+// not word-aligned and capnp 0.9 refuses unaligned data, so decoding always copies.
+class decoded_message {
+public:
+  // Refuses input that is not a well-formed message; `error` says why.
+  static std::optional<decoded_message> parse(std::string_view bytes, std::string& error);
+
+  template <class T>
+  typename T::Reader root() {
+    return reader_->getRoot<T>();
+  }
+
+  capnp::DynamicStruct::Reader root(capnp::StructSchema schema) {
+    return reader_->getRoot<capnp::DynamicStruct>(schema);
+  }
+
+private:
+  kj::Array<capnp::word> words_;
+  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+};
+
+// Decodes and validates the root of a message: the reader is fully traversed once (so
+// that a malformed pointer surfaces here, not deep inside a consumer) and the schema
+// version is checked when the struct has one.
+template <class T>
+std::optional<decoded_message> decode(std::string_view bytes, std::string& error);
+
+bool check_traversal(decoded_message& msg, capnp::StructSchema type, std::string& error);
+
+template <class T>
+std::optional<decoded_message> decode(std::string_view bytes, std::string& error) {
+  auto msg = decoded_message::parse(bytes, error);
+  if (!msg)
+    return std::nullopt;
+  if (!check_traversal(*msg, capnp::Schema::from<T>(), error))
+    return std::nullopt;
+  return msg;
+}
+
+}  // namespace maxkernel::messages

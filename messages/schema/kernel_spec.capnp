@@ -1,0 +1,66 @@
+# A kernel task, whichever of the three formats it came from.
+@0xd8d75449a56d031d;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("maxkernel::schema");
+using import "common.capnp".TensorType;
+
+enum SpecFormat {
+  native @0;     # YAML file read by config/
+  jaxbench @1;   # directory with baseline.py (CONFIG, create_inputs, workload)
+  maxkernel @2;  # directory with kernel_task.yaml and reference.py
+}
+
+# How the values of one input are drawn.
+struct Generator {
+  union {
+    normal @0 :Normal;
+    uniform @1 :Uniform;
+    randint @2 :Randint;
+    code @3 :Text;      # Python source defining `generate(key, shape, dtype, config)`
+    task @4 :Void;      # drawn by the task file's own code (create_inputs / get_inputs)
+    zeros @5 :Void;
+    ones @6 :Void;
+  }
+  struct Normal { mean @0 :Float64 = 0; std @1 :Float64 = 1; }
+  struct Uniform { low @0 :Float64 = 0; high @1 :Float64 = 1; }
+  struct Randint { low @0 :Int64 = 0; high @1 :Int64; }   # high exclusive
+}
+
+struct Input {
+  name @0 :Text;
+  type @1 :TensorType;        # empty shape and dtype "" for a static scalar argument
+  generator @2 :Generator;
+  isStatic @3 :Bool;          # a static (Python scalar) argument, not an array
+  staticValue @4 :Text;       # JSON literal of a static argument
+  structural @5 :Bool;        # integer input carrying structure (page table, group sizes, labels)
+}
+
+# One configuration of the task: its inputs and the reference's outputs.
+struct Configuration {
+  name @0 :Text;
+  inputs @1 :List(Input);
+  outputs @2 :List(TensorType);
+}
+
+struct Tolerance {
+  output @0 :Int32 = -1;      # output index; -1 applies to every output
+  atol @1 :Float64;
+  rtol @2 :Float64;
+}
+
+struct KernelSpec {
+  schemaVersion @0 :UInt32;
+  name @1 :Text;
+  description @2 :Text;
+  format @3 :SpecFormat;
+  sourcePath @4 :Text;        # the spec file or task directory it came from (absolute)
+  configurations @5 :List(Configuration);   # at least one; a kernel must pass them all
+  reference @6 :Text;         # Python source of the reference module (native specs)
+  referenceEntry @7 :Text;    # function name: reference / workload / computation
+  tolerances @8 :List(Tolerance);
+  chip @9 :Text;              # target chip; the command line's --chip wins
+  baselinePath @10 :Text;     # hand-tuned kernel file, "" without one
+  configJson @11 :Text;       # JAXBench CONFIG as JSON ("" otherwise)
+  flops @12 :Float64;         # from get_flops() when the task defines it; 0 unknown
+  degenerate @13 :Bool;       # the reference's output barely depends on its inputs
+}
