@@ -33,6 +33,13 @@ struct Input {
   isStatic @3 :Bool;          # a static (Python scalar) argument, not an array
   staticValue @4 :Text;       # JSON literal of a static argument
   structural @5 :Bool;        # integer input carrying structure (page table, group sizes, labels)
+  dimNames @6 :List(Text);    # per axis: the named dimension it is ("" for a literal size)
+}
+
+# A named dimension of a native spec (M, K, N, ...); shapes refer to it by name.
+struct NamedDim {
+  name @0 :Text;
+  size @1 :Int64;
 }
 
 # One configuration of the task: its inputs and the reference's outputs.
@@ -63,4 +70,5 @@ struct KernelSpec {
   configJson @11 :Text;       # JAXBench CONFIG as JSON ("" otherwise)
   flops @12 :Float64;         # from get_flops() when the task defines it; 0 unknown
   degenerate @13 :Bool;       # the reference's output barely depends on its inputs
+  dims @14 :List(NamedDim);   # native specs: the named dimensions
 }
