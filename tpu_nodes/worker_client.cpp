@@ -1,0 +1,268 @@
+#include "tpu_nodes/worker_client.hpp"
+
+#include "messages/capnp_io.hpp"
+#include "tpu_nodes/worker_process.hpp"
+
+#include <capnp/message.h>
+#include <zmq.hpp>
+
+#include <thread>
+
+namespace maxkernel::tpu_nodes {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+struct worker_client::zmq_state {
+  zmq::context_t context{1};
+  std::unique_ptr<zmq::socket_t> socket;
+
+  void connect(const std::string& endpoint) {
+    socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::req);
+    socket->set(zmq::sockopt::linger, 0);
+    socket->connect(endpoint);
+  }
+  void reset() {
+    if (socket)
+      socket->close();
+    socket.reset();
+  }
+};
+
+const char* to_string(eval_kind kind) {
+  switch (kind) {
+    case eval_kind::lower: return "lower";
+    case eval_kind::extract: return "extract";
+    case eval_kind::test: return "test";
+    case eval_kind::time: return "time";
+  }
+  return "?";
+}
+
+worker_client::worker_client(worker_options opts)
+  : opts_(std::move(opts)), zmq_(std::make_unique<zmq_state>()) {
+}
+
+worker_client::~worker_client() {
+  if (process_ && process_->alive() && zmq_->socket) {
+    // Ask politely so the worker removes its socket; the process is killed regardless.
+    capnp::MallocMessageBuilder msg;
+    auto req = msg.initRoot<schema::WorkerRequest>();
+    req.setId(0);
+    req.setShutdown();
+    auto bytes = messages::encode(msg);
+    zmq_->socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  }
+  zmq_->reset();
+  process_.reset();
+}
+
+bool worker_client::start(std::string& error) {
+  return restart(error);
+}
+
+bool worker_client::restart(std::string& error) {
+  zmq_->reset();
+  if (!process_)
+    process_ = std::make_unique<worker_process>(opts_);
+  if (!process_->start(error))
+    return false;
+  zmq_->connect(process_->endpoint());
+  auto pong = ping(opts_.start_timeout);
+  if (!pong.ok) {
+    error = "the JAX worker did not start: " + pong.message;
+    auto tail = process_->log_tail();
+    if (!tail.empty())
+      error += "\n--- worker log ---\n" + tail;
+    process_->kill();
+    return false;
+  }
+  std::string err;
+  auto msg = messages::decode<schema::WorkerInfo>(pong.bytes, err);
+  if (msg) {
+    auto info = msg->root<schema::WorkerInfo>();
+    description_.pid = info.getPid();
+    description_.jax_version = info.getJaxVersion();
+    description_.platform = info.getPlatform();
+    description_.devices = info.getDevices();
+    description_.sandbox.clear();
+    for (auto s : info.getSandbox())
+      description_.sandbox.emplace_back(s.cStr());
+  }
+  return true;
+}
+
+worker_result worker_client::call(const std::string& request, uint64_t id,
+                                  std::chrono::milliseconds deadline) {
+  worker_result out;
+  if (!process_ || !zmq_->socket) {
+    out.error_class = schema::ErrorClass::INTERNAL;
+    out.message = "the worker is not started";
+    return out;
+  }
+  auto fail_and_restart = [&](schema::ErrorClass cls, std::string message) {
+    out.error_class = cls;
+    out.message = std::move(message);
+    process_->kill();
+    ++restarts_;
+    std::string err;
+    if (!restart(err))
+      out.message += "; restarting the worker failed: " + err;
+    return out;
+  };
+  if (!zmq_->socket->send(zmq::buffer(request), zmq::send_flags::dontwait))
+    return fail_and_restart(schema::ErrorClass::CRASH, "the worker does not accept requests");
+  auto until = clock_type::now() + deadline;
+  for (;;) {
+    // Short polls so that a dead worker is noticed at once, not at the deadline.
+    zmq::pollitem_t items[] = {{zmq_->socket->handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, 50ms);
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t reply;
+      if (!zmq_->socket->recv(reply, zmq::recv_flags::dontwait))
+        continue;
+      std::string bytes(static_cast<const char*>(reply.data()), reply.size());
+      std::string err;
+      auto msg = messages::decode<schema::WorkerReply>(bytes, err);
+      if (!msg)
+        return fail_and_restart(schema::ErrorClass::INTERNAL, "the worker sent a bad reply: " + err);
+      if (msg->root<schema::WorkerReply>().getId() != id)
+        return fail_and_restart(schema::ErrorClass::INTERNAL,
+                                "the worker answered another request");
+      out.ok = true;
+      out.bytes = std::move(bytes);
+      return out;
+    }
+    if (!process_->alive()) {
+      auto how = process_->exit_description();
+      return fail_and_restart(schema::ErrorClass::CRASH,
+                              "the worker died (" + how + ") while serving the request");
+    }
+    if (clock_type::now() >= until)
+      return fail_and_restart(schema::ErrorClass::TIMEOUT,
+                              "no answer within "
+                                + std::to_string(deadline.count() / 1000.0).substr(0, 6)
+                                + " s; the worker was restarted");
+  }
+}
+
+worker_result worker_client::unwrap(const worker_result& raw,
+                                    schema::WorkerReply::Which expected) {
+  if (!raw.ok)
+    return raw;
+  worker_result out;
+  std::string err;
+  auto msg = messages::decode<schema::WorkerReply>(raw.bytes, err);
+  auto reply = msg->root<schema::WorkerReply>();
+  if (reply.which() == schema::WorkerReply::ERROR) {
+    auto e = reply.getError();
+    out.error_class = e.getErrorClass();
+    out.message = e.getMessage();
+    return out;
+  }
+  if (reply.which() != expected) {
+    out.error_class = schema::ErrorClass::INTERNAL;
+    out.message = "the worker answered with another kind of reply";
+    return out;
+  }
+  out.ok = true;
+  switch (expected) {
+    case schema::WorkerReply::PONG: out.bytes = messages::encode_root(reply.getPong()); break;
+    case schema::WorkerReply::SPEC: out.bytes = messages::encode_root(reply.getSpec()); break;
+    case schema::WorkerReply::GRAPH: out.bytes = messages::encode_root(reply.getGraph()); break;
+    case schema::WorkerReply::EVAL: out.bytes = messages::encode_root(reply.getEval()); break;
+    default: break;
+  }
+  return out;
+}
+
+worker_result worker_client::ping(std::chrono::milliseconds deadline) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::WorkerRequest>();
+  auto id = next_id_++;
+  req.setId(id);
+  req.setPing();
+  if (!process_ || !zmq_->socket)
+    return {false, {}, schema::ErrorClass::INTERNAL, "the worker is not started"};
+  // Not through call(): a failed ping at start must not recurse into restart().
+  auto bytes = messages::encode(msg);
+  zmq_->socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  auto until = clock_type::now() + deadline;
+  while (clock_type::now() < until) {
+    zmq::pollitem_t items[] = {{zmq_->socket->handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, 50ms);
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t reply;
+      if (!zmq_->socket->recv(reply, zmq::recv_flags::dontwait))
+        continue;
+      worker_result raw{true, std::string(static_cast<const char*>(reply.data()), reply.size())};
+      std::string err;
+      if (!messages::decode<schema::WorkerReply>(raw.bytes, err))
+        return {false, {}, schema::ErrorClass::INTERNAL, "bad reply to ping: " + err};
+      return unwrap(raw, schema::WorkerReply::PONG);
+    }
+    if (!process_->alive())
+      return {false, {}, schema::ErrorClass::CRASH,
+              "the worker exited (" + process_->exit_description() + ")"};
+  }
+  return {false, {}, schema::ErrorClass::TIMEOUT, "no answer to ping"};
+}
+
+worker_result worker_client::load_task(const std::string& path, uint64_t memory_limit_bytes,
+                                       std::chrono::milliseconds deadline) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::WorkerRequest>();
+  auto id = next_id_++;
+  req.setId(id);
+  auto load = req.initLoad();
+  load.setPath(path);
+  load.setMemoryLimitBytes(memory_limit_bytes);
+  return unwrap(call(messages::encode(msg), id, deadline), schema::WorkerReply::SPEC);
+}
+
+worker_result worker_client::analyze(schema::KernelSpec::Reader spec, unsigned configuration,
+                                     std::chrono::milliseconds deadline) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::WorkerRequest>();
+  auto id = next_id_++;
+  req.setId(id);
+  auto a = req.initAnalyze();
+  a.setSpec(spec);
+  a.setConfiguration(configuration);
+  return unwrap(call(messages::encode(msg), id, deadline), schema::WorkerReply::GRAPH);
+}
+
+worker_result worker_client::evaluate(eval_kind kind, schema::EvalRequest::Reader request,
+                                      std::chrono::milliseconds deadline) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::WorkerRequest>();
+  auto id = next_id_++;
+  req.setId(id);
+  switch (kind) {
+    case eval_kind::lower: req.setLower(request); break;
+    case eval_kind::extract: req.setExtract(request); break;
+    case eval_kind::test: req.setTest(request); break;
+    case eval_kind::time: req.setTime(request); break;
+  }
+  auto raw = call(messages::encode(msg), id, deadline);
+  if (!raw.ok && (raw.error_class == schema::ErrorClass::TIMEOUT
+                  || raw.error_class == schema::ErrorClass::CRASH)) {
+    // The candidate hung or killed its process: that is a result, not an error.
+    capnp::MallocMessageBuilder result_msg;
+    auto result = result_msg.initRoot<schema::EvalResult>();
+    result.setSchemaVersion(schema::SCHEMA_VERSION);
+    result.setCandidateId(request.getCandidate().getId());
+    auto phase = result.initPhases(1)[0];
+    phase.setPhase(kind == eval_kind::test   ? schema::Phase::TEST
+                   : kind == eval_kind::time ? schema::Phase::PROFILE
+                                             : schema::Phase::LOWER);
+    phase.setStatus(schema::Status::FAILED);
+    phase.setErrorClass(raw.error_class);
+    phase.setMessage(raw.message);
+    phase.setSeconds(std::chrono::duration<double>(deadline).count());
+    return {true, messages::encode(result_msg)};
+  }
+  return unwrap(raw, schema::WorkerReply::EVAL);
+}
+
+}  // namespace maxkernel::tpu_nodes
