@@ -1,0 +1,250 @@
+#include "cli/check_command.hpp"
+
+#include "cli/check_report.hpp"
+#include "cli/spec_source.hpp"
+#include "messages/capnp_io.hpp"
+#include "messages/content_hash.hpp"
+#include "tpu_nodes/worker_client.hpp"
+
+#include <capnp/message.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t max_kernel_bytes = 1 << 20;
+
+bool read_kernel(const std::string& path, std::string& source, std::string& error) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    error = path + ": no such kernel file";
+    return false;
+  }
+  if (fs::file_size(path, ec) > max_kernel_bytes) {
+    error = path + ": kernel file is larger than 1 MiB";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in && !in.eof()) {
+    error = path + ": cannot read the kernel file";
+    return false;
+  }
+  source = ss.str();
+  return true;
+}
+
+// Phases of a later request replace those of an earlier one with the same phase.
+void merge_phases(schema::EvalResult::Builder into, schema::EvalResult::Reader from) {
+  struct phase_copy {
+    schema::Phase phase;
+    schema::Status status;
+    schema::ErrorClass error_class;
+    std::string message;
+    double seconds;
+  };
+  std::vector<phase_copy> phases;
+  auto keep = [&](schema::PhaseResult::Reader p) {
+    phases.push_back({p.getPhase(), p.getStatus(), p.getErrorClass(), p.getMessage().cStr(),
+                      p.getSeconds()});
+  };
+  for (auto p : into.asReader().getPhases()) {
+    bool replaced = false;
+    for (auto q : from.getPhases())
+      replaced |= q.getPhase() == p.getPhase();
+    if (!replaced)
+      keep(p);
+  }
+  for (auto q : from.getPhases())
+    keep(q);
+  auto list = into.initPhases(phases.size());
+  for (size_t i = 0; i < phases.size(); ++i) {
+    list[i].setPhase(phases[i].phase);
+    list[i].setStatus(phases[i].status);
+    list[i].setErrorClass(phases[i].error_class);
+    list[i].setMessage(phases[i].message);
+    list[i].setSeconds(phases[i].seconds);
+  }
+}
+
+bool phase_failed(schema::EvalResult::Reader r) {
+  for (auto p : r.getPhases())
+    if (p.getStatus() == schema::Status::FAILED)
+      return true;
+  return false;
+}
+
+void emit(const std::string& target, const std::string& text, std::ostream& summary_stream) {
+  if (target == "-") {
+    std::cout << text << std::endl;
+    return;
+  }
+  // Written next to the target and renamed, so a reader never sees half a file.
+  auto tmp = target + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text << "\n";
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec)
+    summary_stream << "cannot write " << target << ": " << ec.message() << "\n";
+}
+
+}  // namespace
+
+int run_check(const check_options& opts) {
+  auto started = clock_type::now();
+  // With --json - stdout carries only the JSON.
+  std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
+  std::string error;
+  auto kind = classify_spec(opts.spec, error);
+  if (kind == spec_kind::invalid) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  std::string source;
+  if (!read_kernel(opts.kernel, source, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  if (!opts.json.empty() && opts.json != "-") {
+    auto parent = fs::absolute(opts.json).parent_path();
+    if (!fs::is_directory(parent)) {
+      std::cerr << "error: --json: directory " << parent.string() << " does not exist\n";
+      return 2;
+    }
+  }
+
+  // Native specs are validated before the worker starts: bad input never waits for JAX.
+  spec_outcome spec_loaded;
+  if (kind == spec_kind::native) {
+    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, nullptr);
+    if (spec_loaded.exit_code != 0) {
+      std::cerr << "error: " << spec_loaded.error << "\n";
+      return spec_loaded.exit_code;
+    }
+  }
+
+  auto wopts = tpu_nodes::worker_options::defaults();
+  wopts.memory_limit_bytes = opts.memory_limit_bytes;
+  tpu_nodes::worker_client worker(wopts);
+  if (!worker.start(error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  if (kind != spec_kind::native) {
+    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, &worker);
+    if (spec_loaded.exit_code != 0) {
+      std::cerr << "error: " << spec_loaded.error << "\n";
+      return spec_loaded.exit_code;
+    }
+  }
+  auto spec_msg = messages::decode<schema::KernelSpec>(spec_loaded.spec_bytes, error);
+  auto spec = spec_msg->root<schema::KernelSpec>();
+
+  capnp::MallocMessageBuilder request_msg;
+  auto request = request_msg.initRoot<schema::EvalRequest>();
+  request.setSchemaVersion(schema::SCHEMA_VERSION);
+  request.setSpec(spec);
+  auto candidate = request.initCandidate();
+  candidate.setSchemaVersion(schema::SCHEMA_VERSION);
+  candidate.setId(messages::sha256_hex(source));
+  candidate.setSource(source);
+  candidate.setOrigin(fs::absolute(opts.kernel).string());
+  auto options = request.initOptions();
+  options.setFull(opts.full);
+  options.setChip(spec.getChip());
+  auto seeds = options.initSeeds(opts.seeds.size());
+  for (size_t i = 0; i < opts.seeds.size(); ++i)
+    seeds.set(i, opts.seeds[i]);
+
+  auto deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
+  capnp::MallocMessageBuilder result_msg;
+  auto result = result_msg.initRoot<schema::EvalResult>();
+  result.setSchemaVersion(schema::SCHEMA_VERSION);
+  result.setCandidateId(candidate.getId());
+
+  // Each step answers an EvalResult; its phases are merged into one.
+  auto step = [&](tpu_nodes::eval_kind step_kind, bool& request_error) {
+    auto answer = worker.evaluate(step_kind, request.asReader(), deadline);
+    if (!answer.ok) {
+      request_error = true;
+      std::cerr << "error: " << tpu_nodes::to_string(step_kind) << ": " << answer.message << "\n";
+      return answer.error_class == schema::ErrorClass::BAD_INPUT
+                 || answer.error_class == schema::ErrorClass::TOO_LARGE
+               ? 2
+               : 3;
+    }
+    std::string err;
+    auto decoded = messages::decode<schema::EvalResult>(answer.bytes, err);
+    if (!decoded) {
+      request_error = true;
+      std::cerr << "error: the worker sent a bad result: " << err << "\n";
+      return 3;
+    }
+    auto r = decoded->root<schema::EvalResult>();
+    merge_phases(result, r);
+    if (r.getHasStructure()) {
+      result.setStructure(r.getStructure());
+      result.setHasStructure(true);
+    }
+    if (r.hasTest() && r.getTest().getCases().size() > 0)
+      result.setTest(r.getTest());
+    if (r.getHasProfile()) {
+      result.setProfile(r.getProfile());
+      result.setHasProfile(true);
+    }
+    if (step_kind == tpu_nodes::eval_kind::test)
+      result.setCorrect(r.getCorrect());
+    return 0;
+  };
+
+  bool request_error = false;
+  int code = step(tpu_nodes::eval_kind::lower, request_error);
+  if (request_error)
+    return code;
+  bool lowered = !phase_failed(result.asReader());
+  if (lowered) {
+    code = step(tpu_nodes::eval_kind::extract, request_error);
+    if (request_error)
+      return code;
+  }
+  if (lowered) {
+    code = step(tpu_nodes::eval_kind::test, request_error);
+    if (request_error)
+      return code;
+    if (phase_failed(result.asReader()))
+      result.setCorrect(false);
+  }
+  if (lowered && worker.description().platform == "tpu") {
+    code = step(tpu_nodes::eval_kind::time, request_error);
+    if (request_error)
+      return code;
+  }
+
+  check_context ctx;
+  ctx.kernel_path = opts.kernel;
+  ctx.backend = worker.description().platform == "tpu" ? "jax-tpu" : "jax-cpu";
+  ctx.jax_version = worker.description().jax_version;
+  ctx.sandbox = worker.description().sandbox;
+  ctx.seed = opts.seeds.empty() ? 0 : opts.seeds.front();
+  ctx.wall_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
+  human << check_summary(spec, result.asReader(), ctx) << std::flush;
+  if (!opts.json.empty())
+    emit(opts.json, check_json(spec, result.asReader(), ctx).dump(2), std::cerr);
+  return result.getCorrect() ? 0 : 1;
+}
+
+}  // namespace maxkernel::cli

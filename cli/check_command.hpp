@@ -1,0 +1,23 @@
+// `maxkernel check SPEC KERNEL.py`: load, lower, test (and time on a TPU host) one kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace maxkernel::cli {
+
+struct check_options {
+  std::string spec;
+  std::string kernel;
+  std::string chip;            // overrides the spec's
+  bool full = false;           // test at full size instead of reduced configurations
+  std::string json;            // "" none, "-" stdout, else a file
+  std::vector<uint64_t> seeds;
+  double deadline_seconds = 600;  // per worker request
+  uint64_t memory_limit_bytes = 8ull << 30;
+};
+
+// Returns the process exit code (ARCHITECTURE.md, "Contracts").
+int run_check(const check_options& opts);
+
+}  // namespace maxkernel::cli

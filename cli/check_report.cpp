@@ -1,0 +1,174 @@
+#include "cli/check_report.hpp"
+
+#include "messages/version.hpp"
+
+#include <capnp/schema.h>
+#include <fmt/format.h>
+
+#include <map>
+
+namespace maxkernel::cli {
+
+namespace {
+
+template <class Enum>
+std::string enum_name(Enum value) {
+  auto schema = capnp::Schema::from<Enum>();
+  KJ_IF_MAYBE (e, schema.findEnumerantByCodeOrder(static_cast<uint16_t>(value))) {
+    return e->getProto().getName().cStr();
+  }
+  return std::to_string(static_cast<int>(value));
+}
+
+nlohmann::json nullable(double v) {
+  return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::Reader result,
+                          const check_context& ctx) {
+  using nlohmann::json;
+  json phases = json::array();
+  std::map<std::string, int> failures;
+  for (auto p : result.getPhases()) {
+    phases.push_back({{"phase", enum_name(p.getPhase())},
+                      {"status", enum_name(p.getStatus())},
+                      {"error_class", enum_name(p.getErrorClass())},
+                      {"message", p.getMessage().cStr()},
+                      {"seconds", p.getSeconds()}});
+    if (p.getStatus() == schema::Status::FAILED)
+      ++failures[enum_name(p.getErrorClass())];
+  }
+  json cases = json::array();
+  for (auto c : result.getTest().getCases()) {
+    json worst = json::array();
+    for (auto i : c.getWorstIndex())
+      worst.push_back(i);
+    cases.push_back({{"configuration", c.getConfiguration()},
+                     {"seed", c.getSeed()},
+                     {"kind", c.getKind().cStr()},
+                     {"reduced", c.getReduced()},
+                     {"input_shapes", c.getInputShapes().cStr()},
+                     {"passed", c.getPassed()},
+                     {"output", c.getOutput()},
+                     {"max_abs_err", c.getMaxAbsErr()},
+                     {"max_rel_err", c.getMaxRelErr()},
+                     {"worst_index", worst},
+                     {"message", c.getMessage().cStr()}});
+  }
+  json notes = json::array();
+  for (auto n : result.getTest().getNotes())
+    notes.push_back(n.cStr());
+  json calls = json::array();
+  if (result.getHasStructure()) {
+    for (auto call : result.getStructure().getPallasCalls()) {
+      json grid = json::array(), blocks = json::array();
+      for (auto g : call.getGrid())
+        grid.push_back(g);
+      for (auto op : call.getOperands()) {
+        json shape = json::array();
+        for (auto b : op.getBlockShape())
+          shape.push_back(b);
+        blocks.push_back({{"role", enum_name(op.getRole())}, {"block_shape", shape},
+                          {"memory_space", op.getMemorySpace().cStr()}});
+      }
+      calls.push_back({{"name", call.getName().cStr()}, {"grid", grid}, {"operands", blocks}});
+    }
+  }
+  bool measured = result.getHasProfile() && result.getProfile().getTiming() == schema::Timing::MEASURED;
+  double time_us = result.getHasProfile() ? result.getProfile().getTimeUs() : 0;
+  return json{
+    {"schema", 1},
+    {"command", "check"},
+    {"task", spec.getName().cStr()},
+    {"spec_format", enum_name(spec.getFormat())},
+    {"kernel", ctx.kernel_path},
+    {"mode", "check"},
+    {"chip", spec.getChip().cStr()},
+    {"backend", ctx.backend},
+    {"timing", result.getHasProfile() ? json(measured ? "measured" : "modeled") : json(nullptr)},
+    {"correct", result.getCorrect()},
+    {"fallback_to_reference", false},
+    {"kernel_time_us", nullable(time_us)},
+    {"reference_time_us", nullptr},
+    {"baseline_time_us", nullptr},
+    {"speedup_vs_reference", nullptr},
+    {"speedup_vs_baseline", nullptr},
+    {"roofline_time_us", nullptr},
+    {"roofline_fraction", nullptr},
+    {"evaluations", 1},
+    {"cache_hits", 0},
+    {"failures", failures},
+    {"wall_seconds", ctx.wall_seconds},
+    {"tokens", {{"prompt", 0}, {"completion", 0}}},
+    {"cost_usd", nullptr},
+    {"seed", ctx.seed},
+    {"jax_version", ctx.jax_version},
+    {"maxkernel_version", messages::maxkernel_version()},
+    {"phases", phases},
+    {"test", {{"cases", cases},
+              {"degenerate_reference", result.getTest().getDegenerateReference()},
+              {"notes", notes}}},
+    {"pallas_calls", calls},
+    {"sandbox", ctx.sandbox},
+  };
+}
+
+std::string check_summary(schema::KernelSpec::Reader spec, schema::EvalResult::Reader result,
+                          const check_context& ctx) {
+  std::string out = fmt::format("task {} ({}), chip {}, kernel {}\n", spec.getName().cStr(),
+                                enum_name(spec.getFormat()), spec.getChip().cStr(),
+                                ctx.kernel_path);
+  for (auto p : result.getPhases()) {
+    auto status = enum_name(p.getStatus());
+    out += fmt::format("  {:<8} {:<8} {:>7.2f} s", enum_name(p.getPhase()), status, p.getSeconds());
+    if (p.getStatus() == schema::Status::FAILED)
+      out += fmt::format("  [{}]", enum_name(p.getErrorClass()));
+    out += "\n";
+    std::string msg = p.getMessage().cStr();
+    if (!msg.empty() && p.getStatus() != schema::Status::OK) {
+      if (msg.size() > 1500)
+        msg = msg.substr(0, 1500) + " ...";
+      out += "           " + msg + "\n";
+    }
+  }
+  if (result.getHasStructure()) {
+    for (auto call : result.getStructure().getPallasCalls()) {
+      std::string grid;
+      for (auto g : call.getGrid())
+        grid += (grid.empty() ? "" : "x") + std::to_string(g);
+      out += fmt::format("  pallas_call {}: grid ({})", call.getName().cStr(), grid);
+      for (auto op : call.getOperands()) {
+        std::string block;
+        for (auto b : op.getBlockShape())
+          block += (block.empty() ? "" : ",") + (b < 0 ? std::string("None") : std::to_string(b));
+        out += fmt::format(" {}[{}]", enum_name(op.getRole()).substr(0, 3), block);
+      }
+      out += "\n";
+    }
+  }
+  for (auto c : result.getTest().getCases()) {
+    out += fmt::format("  test cfg {} seed {} {}{}: {}  max abs {:.3g}  max rel {:.3g}  ({})\n",
+                       c.getConfiguration(), c.getSeed(), c.getKind().cStr(),
+                       c.getReduced() ? " reduced" : "", c.getPassed() ? "pass" : "FAIL",
+                       c.getMaxAbsErr(), c.getMaxRelErr(), c.getInputShapes().cStr());
+    std::string msg = c.getMessage().cStr();
+    if (!c.getPassed() && !msg.empty())
+      out += "           " + msg + "\n";
+  }
+  for (auto n : result.getTest().getNotes())
+    out += fmt::format("  note: {}\n", n.cStr());
+  if (result.getHasProfile()) {
+    auto p = result.getProfile();
+    out += fmt::format("  time {:.2f} us ({})\n", p.getTimeUs(),
+                       p.getTiming() == schema::Timing::MEASURED ? "measured" : "modeled");
+  } else {
+    out += "  time: not available (backend " + ctx.backend + "; the TPU model is not built yet)\n";
+  }
+  out += fmt::format("{}  ({:.1f} s)\n", result.getCorrect() ? "CORRECT" : "NOT CORRECT",
+                     ctx.wall_seconds);
+  return out;
+}
+
+}  // namespace maxkernel::cli

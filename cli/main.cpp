@@ -1,0 +1,48 @@
+// The maxkernel program: parses the command line and runs one command.
+#include "cli/check_command.hpp"
+#include "messages/version.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"maxkernel: writes and optimizes Pallas TPU kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", maxkernel::messages::maxkernel_version());
+
+  maxkernel::cli::check_options check;
+  auto* check_cmd = app.add_subcommand(
+    "check", "load, lower for TPU, test in interpret mode (and time on a TPU host) one kernel");
+  check_cmd->add_option("SPEC", check.spec,
+                        "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  check_cmd->add_option("KERNEL", check.kernel, "kernel file defining workload(*inputs)")
+    ->required();
+  check_cmd->add_option("--chip", check.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember({"v4", "v5e", "v5p", "v6e", "v7x"}));
+  check_cmd->add_flag("--full", check.full, "test at the task's full shapes");
+  check_cmd->add_option("--json", check.json, "write the result as JSON to FILE, or - for stdout");
+  check_cmd->add_option("--seed", check.seeds, "seeds of the test inputs (repeatable)");
+  check_cmd->add_option("--deadline", check.deadline_seconds, "seconds per worker request")
+    ->check(CLI::PositiveNumber);
+  check_cmd->add_option("--memory-limit", check.memory_limit_bytes,
+                        "bytes the task's inputs may take")
+    ->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors are bad input: exit code 2 (help and version exit 0).
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*check_cmd)
+      return maxkernel::cli::run_check(check);
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return 2;
+}
