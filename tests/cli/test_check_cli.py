@@ -1,0 +1,91 @@
+"""`maxkernel check` end to end: the built binary, the real worker, real JAX."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
+HERE = pathlib.Path(__file__).resolve().parent
+SPEC = ROOT / "examples" / "matmul" / "spec.yaml"
+KERNEL = ROOT / "examples" / "matmul" / "kernel.py"
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
+
+
+def check(*args, timeout=600):
+    return subprocess.run([str(BIN), "check", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_correct_kernel_exits_0_and_json_on_stdout_only():
+    run = check(SPEC, KERNEL, "--json", "-")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # stdout holds nothing but the JSON
+    assert result["correct"] is True
+    assert result["schema"] == 1
+    assert result["task"]
+    assert result["chip"] == "v6e"
+    assert [p["phase"] for p in result["phases"]] == ["load", "lower", "test"]
+    assert all(p["status"] == "ok" for p in result["phases"])
+    cases = result["test"]["cases"]
+    assert len(cases) >= 2 and all(c["passed"] for c in cases)
+    assert len({c["seed"] for c in cases}) == len(cases)
+    assert result["pallas_calls"][0]["grid"]
+    assert result["jax_version"] == "0.10.2"
+    assert "CORRECT" in run.stderr
+
+
+def test_chip_flag_wins_and_json_file_is_written(tmp_path):
+    out = tmp_path / "result.json"
+    run = check(SPEC, KERNEL, "--chip", "v5e", "--json", out)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(out.read_text())["chip"] == "v5e"
+    assert not (tmp_path / "result.json.tmp").exists()
+
+
+def test_wrong_kernel_exits_1_with_mismatch():
+    run = check(SPEC, HERE / "kernels" / "matmul_no_accumulation.py", "--json", "-")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    assert result["correct"] is False
+    test_phase = [p for p in result["phases"] if p["phase"] == "test"][0]
+    assert test_phase["status"] == "failed"
+    assert test_phase["error_class"] == "mismatch"
+    assert result["failures"] == {"mismatch": 1}
+
+
+def test_block_rule_violation_exits_1_classified():
+    run = check(SPEC, HERE / "kernels" / "matmul_block_8x100.py", "--json", "-")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    lower = [p for p in result["phases"] if p["phase"] == "lower"][0]
+    assert lower["error_class"] == "lowerBlockShape"
+    assert "divisible by 8 and 128" in lower["message"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["/nonexistent/spec.yaml", KERNEL], "no such file"),
+    ([SPEC, "/nonexistent/kernel.py"], "no such kernel file"),
+    ([SPEC, KERNEL, "--chip", "v9"], "--chip"),
+    ([HERE, KERNEL], "baseline.py"),
+])
+def test_bad_input_exits_2_with_a_clear_message(args, needle):
+    run = check(*args)
+    assert run.returncode == 2
+    assert needle in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_bad_spec_names_file_line_and_field(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    text = SPEC.read_text().replace("bfloat16", "bfloat17", 1)
+    spec.write_text(text)
+    run = check(spec, KERNEL)
+    assert run.returncode == 2
+    assert str(spec) in run.stderr
+    assert "dtype" in run.stderr
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "bfloat17" in l)
+    assert f":{line}:" in run.stderr
