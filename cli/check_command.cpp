@@ -114,8 +114,9 @@ int run_check(const check_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
+  std::string kernel_path = opts.kernel;
   std::string source;
-  if (!read_kernel(opts.kernel, source, error)) {
+  if (!opts.baseline && !read_kernel(kernel_path, source, error)) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
@@ -153,6 +154,17 @@ int run_check(const check_options& opts) {
   }
   auto spec_msg = messages::decode<schema::KernelSpec>(spec_loaded.spec_bytes, error);
   auto spec = spec_msg->root<schema::KernelSpec>();
+  if (opts.baseline) {
+    kernel_path = spec.getBaselinePath().cStr();
+    if (kernel_path.empty()) {
+      std::cerr << "error: " << opts.spec << ": the spec has no baseline kernel\n";
+      return 2;
+    }
+    if (!read_kernel(kernel_path, source, error)) {
+      std::cerr << "error: " << opts.spec << ": baseline: " << error << "\n";
+      return 2;
+    }
+  }
 
   capnp::MallocMessageBuilder request_msg;
   auto request = request_msg.initRoot<schema::EvalRequest>();
@@ -162,7 +174,7 @@ int run_check(const check_options& opts) {
   candidate.setSchemaVersion(schema::SCHEMA_VERSION);
   candidate.setId(messages::sha256_hex(source));
   candidate.setSource(source);
-  candidate.setOrigin(fs::absolute(opts.kernel).string());
+  candidate.setOrigin(fs::absolute(kernel_path).string());
   auto options = request.initOptions();
   options.setFull(opts.full);
   options.setChip(spec.getChip());
@@ -235,7 +247,7 @@ int run_check(const check_options& opts) {
   }
 
   check_context ctx;
-  ctx.kernel_path = opts.kernel;
+  ctx.kernel_path = kernel_path;
   ctx.backend = worker.description().platform == "tpu" ? "jax-tpu" : "jax-cpu";
   ctx.jax_version = worker.description().jax_version;
   ctx.sandbox = worker.description().sandbox;

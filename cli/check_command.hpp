@@ -9,6 +9,7 @@ namespace maxkernel::cli {
 struct check_options {
   std::string spec;
   std::string kernel;
+  bool baseline = false;       // check the spec's baseline kernel instead of `kernel`
   std::string chip;            // overrides the spec's
   bool full = false;           // test at full size instead of reduced configurations
   std::string json;            // "" none, "-" stdout, else a file

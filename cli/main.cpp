@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
   check_cmd->add_option("SPEC", check.spec,
                         "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
     ->required();
-  check_cmd->add_option("KERNEL", check.kernel, "kernel file defining workload(*inputs)")
-    ->required();
+  check_cmd->add_option("KERNEL", check.kernel, "kernel file defining workload(*inputs)");
+  check_cmd->add_flag("--baseline", check.baseline, "check the spec's own baseline kernel");
   check_cmd->add_option("--chip", check.chip, "target chip (wins over the spec's)")
     ->check(CLI::IsMember({"v4", "v5e", "v5p", "v6e", "v7x"}));
   check_cmd->add_flag("--full", check.full, "test at the task's full shapes");
@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
     // Usage errors are bad input: exit code 2 (help and version exit 0).
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  if (*check_cmd && check.kernel.empty() == !check.baseline) {
+    std::cerr << "check: give either KERNEL or --baseline\n";
+    return 2;
   }
   try {
     if (*check_cmd)

@@ -89,3 +89,24 @@ def test_bad_spec_names_file_line_and_field(tmp_path):
     assert "dtype" in run.stderr
     line = next(i for i, l in enumerate(text.splitlines(), 1) if "bfloat17" in l)
     assert f":{line}:" in run.stderr
+
+
+def test_baseline_of_a_jaxbench_task_passes():
+    task = ROOT / "examples" / "jaxbench_matmul"
+    run = check(task, "--baseline", "--json", "-")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["spec_format"] == "jaxbench"
+    assert result["kernel"].endswith("optimized.py")
+    assert result["correct"] is True
+
+
+def test_baseline_flag_without_a_baseline_is_bad_input():
+    run = check(SPEC, "--baseline")
+    assert run.returncode == 2
+    assert "no baseline" in run.stderr
+
+
+def test_kernel_and_baseline_together_are_refused():
+    run = check(SPEC, KERNEL, "--baseline")
+    assert run.returncode == 2
