@@ -112,18 +112,10 @@ def _shape_map(old: list, new: list) -> dict | None:
     return m
 
 
-def _outputs_abstract(task, args, overrides=None):
-    ref = task.program.reference(overrides)
-    static = {i: a for i, a in enumerate(args) if not isinstance(a, jax.ShapeDtypeStruct)}
-    dyn = [i for i in range(len(args)) if i not in static]
-
-    def run(*vals):
-        full = list(args)
-        for i, v in zip(dyn, vals):
-            full[i] = v
-        return ref(*full)
-    out = jax.eval_shape(run, *[args[i] for i in dyn])
-    return [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
+def _outputs_abstract(task, configuration, args, overrides=None):
+    from .task_dir import _outputs
+    return [jax.ShapeDtypeStruct(tuple(o["shape"]), o["dtype"])
+            for o in _outputs(task.program, args, configuration, overrides)]
 
 
 def _config_plan(task, configuration: int, rule: _Rule):
@@ -133,7 +125,7 @@ def _config_plan(task, configuration: int, rule: _Rule):
         return None
     base_args = task.abstract_args(configuration)
     try:
-        base_out = _outputs_abstract(task, base_args)
+        base_out = _outputs_abstract(task, configuration, base_args)
     except Exception:
         return None
     overrides: dict = {}
@@ -153,7 +145,7 @@ def _config_plan(task, configuration: int, rule: _Rule):
             trial = dict(overrides, **{name: cand})
             try:
                 args = task.program.abstract_configurations(trial)[configuration]
-                out = _outputs_abstract(task, args, trial)
+                out = _outputs_abstract(task, configuration, args, trial)
             except Exception:
                 continue
             m_in, m_out = _shape_map(base_args, args), _shape_map(base_out, out)
@@ -182,8 +174,8 @@ def _value_plan(task, configuration: int, sizes: dict) -> bool:
                 if isinstance(a, jax.ShapeDtypeStruct) else (sizes.get(a, a) if type(a) is int else a)
                 for a in args]
     try:
-        old_out = _outputs_abstract(task, args)
-        new_out = _outputs_abstract(task, new_args)
+        old_out = _outputs_abstract(task, configuration, args)
+        new_out = _outputs_abstract(task, configuration, new_args)
     except Exception:
         return False
     m = _shape_map(old_out, new_out)

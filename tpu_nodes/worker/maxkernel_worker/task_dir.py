@@ -587,8 +587,9 @@ def _input_names(fn, count: int) -> list[str]:
     return [f"arg{i}" for i in range(count)]
 
 
-def _outputs(program: _Program, args: list, configuration: int) -> list:
-    ref = program.reference()
+def _outputs(program: _Program, args: list, configuration: int, overrides=None) -> list:
+    """The reference's output types ({"shape", "dtype"} dicts) on these abstract args."""
+    ref = program.reference(overrides)
     statics = {i: a for i, a in enumerate(args) if not isinstance(a, jax.ShapeDtypeStruct)}
     dyn = [i for i in range(len(args)) if i not in statics]
 
@@ -604,7 +605,7 @@ def _outputs(program: _Program, args: list, configuration: int) -> list:
     except Exception as first:
         # data-dependent references: trace again with the integer inputs concrete
         try:
-            ints = program.integer_args(configuration)
+            ints = program.integer_args(configuration, overrides)
             if not ints:
                 raise first
             floats = [i for i in dyn if i not in ints]
