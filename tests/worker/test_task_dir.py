@@ -143,7 +143,7 @@ def test_unseeded_task_values_are_redrawn_per_seed(tmp_path):
         "def workload(x, idx):\n    return x[idx] * 2\n")
     t = open_task(load_task_dir(str(tmp_path), GiB))
     a0, a1, a1b = t.make_args(0, 0), t.make_args(0, 1), t.make_args(0, 1)
-    assert np.array_equal(a0[0], np.linspace(-1, 1, 1024, dtype=np.float32).reshape(8, 128))
+    assert np.array_equal(a0[0], jax.numpy.linspace(-1.0, 1.0, 1024, dtype=np.float32).reshape(8, 128))
     assert not np.array_equal(a0[0], a1[0]) and np.array_equal(a1[0], a1b[0])
     assert np.array_equal(a0[1], a1[1])                    # integers stay as the task made them
     assert abs(float(np.asarray(a1[0]).std()) - float(np.asarray(a0[0]).std())) < 0.1
