@@ -16,7 +16,7 @@ struct Generator {
     normal @0 :Normal;
     uniform @1 :Uniform;
     randint @2 :Randint;
-    code @3 :Text;      # Python source defining `generate(key, shape, dtype, config)`
+    code @3 :Text;      # Python source defining `generate(rng, shape, dtype, dims)`
     task @4 :Void;      # drawn by the task file's own code (create_inputs / get_inputs)
     zeros @5 :Void;
     ones @6 :Void;
@@ -62,7 +62,7 @@ struct KernelSpec {
   format @3 :SpecFormat;
   sourcePath @4 :Text;        # the spec file or task directory it came from (absolute)
   configurations @5 :List(Configuration);   # at least one; a kernel must pass them all
-  reference @6 :Text;         # Python source of the reference module (native specs)
+  reference @6 :Text;         # Python source of the reference module (baseline.py, reference.py)
   referenceEntry @7 :Text;    # function name: reference / workload / computation
   tolerances @8 :List(Tolerance);
   chip @9 :Text;              # target chip; the command line's --chip wins
