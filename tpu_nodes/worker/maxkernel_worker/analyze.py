@@ -1,0 +1,468 @@
+"""Dataflow graph of a traced JAX function: every equation with its flops, transcendentals and bytes.
+
+The TPU performance model prices the XLA reference from this graph, and extract.py prices the
+work a candidate does outside its pallas_calls with it, so the flop counts follow XLA's cost
+analysis: dot_general 2*batch*M*N*K, convolutions 2*out*window*in_features, elementwise ops one
+per output element, reductions one per input element, transcendental ops counted as
+transcendentals (not flops), data movement free.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+
+import jax
+import numpy as np
+from jax.extend import core as jex_core
+
+from .errors import WorkerError
+
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "erf", "erfc", "erf_inv",
+    "rsqrt", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh",
+    "cosh", "asinh", "acosh", "atanh", "pow", "lgamma", "digamma", "igamma", "igammac",
+    "igamma_grad_a", "random_gamma_grad", "bessel_i0e", "bessel_i1e", "polygamma", "zeta",
+    "regularized_incomplete_beta",
+})
+
+# One flop per output element (VPU work, casts included as XLA does).
+ELEMENTWISE = frozenset({
+    "add", "add_any", "sub", "mul", "div", "rem", "max", "min", "neg", "sign", "floor", "ceil",
+    "round", "abs", "and", "or", "xor", "not", "eq", "ne", "lt", "le", "gt", "ge", "select_n",
+    "clamp", "nextafter", "shift_left", "shift_right_logical", "shift_right_arithmetic",
+    "population_count", "clz", "square", "is_finite", "conj", "real", "imag", "complex",
+    "copysign", "convert_element_type", "reduce_precision", "erf_inv_approx", "imul",
+})
+
+# One flop per input element.
+REDUCTIONS = frozenset({
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+    "reduce_xor", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
+})
+
+# Primitives that only read or write a Ref inside a Pallas kernel body: their bytes are the
+# value moved, not the whole Ref.
+REF_READ = frozenset({"get", "load"})
+REF_WRITE = frozenset({"swap", "store", "addupdate"})
+REF_ACCESS = REF_READ | REF_WRITE
+
+# Call-like primitives whose single sub-jaxpr is inlined (same operands, same results).
+INLINE = frozenset({
+    "pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+    "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "custom_lin", "name_scope",
+})
+
+_MAX_PARAM_ITEMS = 32
+_MAX_PARAM_TEXT = 200
+
+
+def trace(fn, abstract_args: list, static_argnums: tuple):
+    """ClosedJaxpr of fn on abstract args; WorkerError("traceError") when tracing fails."""
+    try:
+        return jax.make_jaxpr(fn, static_argnums=tuple(static_argnums))(*abstract_args)
+    except WorkerError:
+        raise
+    except Exception as e:  # the candidate's own Python or shape errors
+        raise WorkerError("traceError", f"tracing failed: {type(e).__name__}: {e}") from e
+
+
+def analyze(fn, abstract_args: list, static_argnums: tuple) -> dict:
+    """DataflowGraph dict of fn traced on abstract_args (ShapeDtypeStructs and static values)."""
+    closed = trace(fn, abstract_args, static_argnums)
+    walker = Walker()
+    walker.walk_top(closed)
+    return walker.graph(closed)
+
+
+# ----------------------------------------------------------------------------- types and sizes
+
+def aval_of(x):
+    """The array aval behind a var, literal or Ref."""
+    aval = getattr(x, "aval", x)
+    inner = getattr(aval, "inner_aval", None)
+    return inner if inner is not None else aval
+
+
+def tensor_type(x) -> dict:
+    aval = aval_of(x)
+    shape = getattr(aval, "shape", ())
+    dtype = getattr(aval, "dtype", None)
+    return {"shape": [int(d) if _is_int(d) else -1 for d in shape],
+            "dtype": str(dtype) if dtype is not None else type(aval).__name__}
+
+
+def _is_int(d) -> bool:
+    try:
+        int(d)
+        return True
+    except Exception:
+        return False
+
+
+def num_elements(x) -> int:
+    shape = getattr(aval_of(x), "shape", ())
+    n = 1
+    for d in shape:
+        n *= int(d) if _is_int(d) else 1
+    return n
+
+
+def itemsize(x) -> int:
+    dtype = getattr(aval_of(x), "dtype", None)
+    if dtype is None:
+        return 0
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except Exception:
+        try:
+            return int(dtype.itemsize)
+        except Exception:
+            return 0  # semaphores and other extended dtypes occupy no data bytes
+
+
+def nbytes(x) -> int:
+    return num_elements(x) * itemsize(x)
+
+
+# ----------------------------------------------------------------------------- params as JSON
+
+def _jsonable(v, depth=0):
+    """Small parameter values as JSON; None for anything big or opaque."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, str) and len(v) > _MAX_PARAM_TEXT:
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return v
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    if isinstance(v, enum.Enum):
+        return v.name
+    if isinstance(v, (np.dtype, type)) or type(v).__name__.endswith("DType"):
+        try:
+            return str(np.dtype(v))
+        except Exception:
+            return str(v)
+    if depth > 4:
+        return None
+    if hasattr(v, "_asdict"):
+        return {k: _jsonable(x, depth + 1) for k, x in v._asdict().items()}
+    if isinstance(v, (tuple, list)):
+        if len(v) > _MAX_PARAM_ITEMS:
+            return None
+        out = [_jsonable(x, depth + 1) for x in v]
+        return out
+    if _is_int(v) and type(v).__name__ in ("int32", "int64"):
+        return int(v)
+    return None
+
+
+def params_json(eqn) -> str:
+    p = eqn.params
+    name = eqn.primitive.name
+    out = {}
+    if name == "dot_general":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        out = {"lhs_contracting": list(lc), "rhs_contracting": list(rc),
+               "lhs_batch": list(lb), "rhs_batch": list(rb),
+               "preferred_element_type": _jsonable(p.get("preferred_element_type"))}
+    else:
+        for k, v in p.items():
+            j = _jsonable(v)
+            if j is not None:
+                out[k] = j
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+# ----------------------------------------------------------------------------- per-equation cost
+
+def eqn_cost(eqn) -> tuple[float, float]:
+    """(flops, transcendentals) of one equation without sub-jaxprs."""
+    name = eqn.primitive.name
+    outs = eqn.outvars
+    out_elems = sum(num_elements(v) for v in outs)
+    if name == "dot_general":
+        lhs, rhs = eqn.invars[0], eqn.invars[1]
+        (_, rc), (_, rb) = eqn.params["dimension_numbers"]
+        rshape = aval_of(rhs).shape
+        free = 1
+        for i, d in enumerate(rshape):
+            if i not in rc and i not in rb:
+                free *= int(d)
+        return 2.0 * num_elements(lhs) * free, 0.0
+    if name in ("ragged_dot", "ragged_dot_general"):
+        lhs, rhs = eqn.invars[0], eqn.invars[1]
+        return 2.0 * num_elements(lhs) * int(aval_of(rhs).shape[-1]), 0.0
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1]
+        dn = eqn.params["dimension_numbers"]
+        rshape = aval_of(rhs).shape
+        out_feat = int(rshape[dn.rhs_spec[0]]) if dn is not None else int(rshape[0])
+        return 2.0 * out_elems * num_elements(rhs) / max(out_feat, 1), 0.0
+    if name in TRANSCENDENTAL:
+        return 0.0, float(out_elems)
+    if name == "integer_pow":
+        y = int(eqn.params["y"])
+        muls = max(1, abs(y).bit_length() + bin(abs(y)).count("1") - 2) + (1 if y < 0 else 0)
+        return float(out_elems * muls), 0.0
+    if name in ELEMENTWISE:
+        return float(out_elems), 0.0
+    if name in REDUCTIONS:
+        return float(num_elements(eqn.invars[0])), 0.0
+    if name == "reduce":  # generic reduce with its own computation
+        return float(sum(num_elements(v) for v in eqn.invars[: len(outs)])), 0.0
+    if name.startswith("reduce_window"):
+        dims = eqn.params.get("window_dimensions", ())
+        return float(out_elems * math.prod(int(d) for d in dims)), 0.0
+    if name in ("scatter_add", "scatter-add", "scatter_mul", "scatter_min", "scatter_max",
+                "scatter_sub"):
+        return float(num_elements(eqn.invars[-1])), 0.0
+    if name == "addupdate":
+        return float(num_elements(eqn.invars[1])), 0.0
+    if name == "sort":
+        dim = int(eqn.params.get("dimension", 0))
+        shape = aval_of(eqn.invars[0]).shape
+        n = int(shape[dim]) if shape else 1
+        return float(num_elements(eqn.invars[0]) * max(1, math.ceil(math.log2(max(n, 2))))), 0.0
+    return 0.0, 0.0
+
+
+def eqn_bytes(eqn) -> float:
+    name = eqn.primitive.name
+    if name in REF_READ:
+        return float(sum(nbytes(v) for v in eqn.outvars))
+    if name in ("swap", "store"):
+        return float(nbytes(eqn.invars[1]))
+    if name == "addupdate":
+        return 2.0 * nbytes(eqn.invars[1])
+    return float(sum(nbytes(v) for v in eqn.invars) + sum(nbytes(v) for v in eqn.outvars))
+
+
+# ----------------------------------------------------------------------------- the walker
+
+def sub_jaxprs(params) -> list[tuple[object, list]]:
+    """(Jaxpr, consts) for every sub-jaxpr in an equation's params, in order."""
+    found = []
+
+    def visit(v):
+        if isinstance(v, jex_core.ClosedJaxpr):
+            found.append((v.jaxpr, list(v.consts)))
+        elif isinstance(v, jex_core.Jaxpr):
+            found.append((v, []))
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                visit(x)
+
+    for v in params.values():
+        visit(v)
+    return found
+
+
+def _const(v):
+    return (-1, ("const", v))
+
+
+UNKNOWN = (-1, ("lit", None))
+
+
+class Walker:
+    """Flattens a jaxpr into DataflowNode dicts, inlining calls and weighting loop bodies.
+
+    Every value is a ref (node id or -1, eval ref). The node id feeds operandIds; the eval ref
+    ("in", k) | ("const", v) | ("lit", v) | ("rec", record, k) lets callers re-evaluate a slice
+    of the program: records[i] = (eqn, operand eval refs, evaluable). Loops and conds get one
+    record for the whole equation (evaluable as such) while their bodies are listed as nodes once
+    with a count instead of being unrolled (those records are not evaluable).
+    on_pallas(eqn, refs, count, evaluable, node_id) is called for each pallas_call; without it
+    a pallas_call is priced as its body's cost times its grid steps.
+    """
+
+    def __init__(self, on_pallas=None):
+        self.nodes: list[dict] = []
+        self.records: list[tuple] = []
+        self.on_pallas = on_pallas
+
+    # -- entry points
+    def walk_top(self, closed):
+        in_refs = [(-1, ("in", k)) for k in range(len(closed.jaxpr.invars))]
+        return self.walk(closed.jaxpr, [_const(c) for c in closed.consts], in_refs, 1.0, True)
+
+    def graph(self, closed) -> dict:
+        inputs = [tensor_type(v) for v in closed.jaxpr.invars]
+        inputs += [tensor_type(v) for v in closed.jaxpr.constvars]
+        outputs = [tensor_type(v) for v in closed.jaxpr.outvars]
+        min_bytes = sum(nbytes(v) for v in closed.jaxpr.invars)
+        min_bytes += sum(nbytes(v) for v in closed.jaxpr.constvars)
+        min_bytes += sum(nbytes(v) for v in closed.jaxpr.outvars)
+        return {
+            "nodes": self.nodes,
+            "inputs": inputs,
+            "outputs": outputs,
+            "flops": self.total("flops"),
+            "transcendentals": self.total("transcendentals"),
+            "bytes": self.total("bytes"),
+            "minBytes": float(min_bytes),
+        }
+
+    def total(self, field: str) -> float:
+        return float(sum(n[field] * n["count"] for n in self.nodes))
+
+    # -- recursion
+    def walk(self, jaxpr, const_refs, in_refs, count, evaluable):
+        env = {}
+
+        def read(a):
+            if isinstance(a, jex_core.Literal):
+                return (-1, ("lit", a.val))
+            return env.get(a, UNKNOWN)
+
+        for v, r in zip(jaxpr.constvars, const_refs):
+            env[v] = r
+        for v, r in zip(jaxpr.invars, in_refs):
+            env[v] = r
+        for eqn in jaxpr.eqns:
+            refs = [read(a) for a in eqn.invars]
+            outs = self.eqn(eqn, refs, count, evaluable)
+            for v, r in zip(eqn.outvars, outs):
+                env[v] = r
+        return [read(a) for a in jaxpr.outvars]
+
+    def walk_sub(self, jaxpr, consts, refs, count, evaluable):
+        return self.walk(jaxpr, [_const(c) for c in consts], refs, count, evaluable)
+
+    def record(self, eqn, refs, evaluable) -> int:
+        self.records.append((eqn, [r[1] for r in refs], evaluable))
+        return len(self.records) - 1
+
+    def whole(self, eqn, refs, evaluable, inner_outs):
+        """Refs for the results of a loop or cond: graph ids from its listed body, evaluation
+        through the whole equation."""
+        rec = self.record(eqn, refs, evaluable)
+        return [(g, ("rec", rec, k)) for k, (g, _) in enumerate(inner_outs)]
+
+    def eqn(self, eqn, refs, count, evaluable):
+        name = eqn.primitive.name
+        subs = sub_jaxprs(eqn.params)
+        if name == "pallas_call":
+            return self.pallas(eqn, refs, count, evaluable)
+        if name == "cond":
+            return self.whole(eqn, refs, evaluable, self.cond(eqn, refs, count))
+        if name == "scan":
+            jaxpr, consts = subs[0]
+            length = float(eqn.params["length"])
+            outs = self.walk_sub(jaxpr, consts, refs, count * length, False)
+            return self.whole(eqn, refs, evaluable, outs)
+        if name == "while":
+            return self.whole(eqn, refs, evaluable, self.while_loop(eqn, refs, count))
+        if subs and (name in INLINE or len(subs) == 1):
+            jaxpr, consts = subs[0]
+            if len(jaxpr.invars) == len(refs) and len(jaxpr.outvars) == len(eqn.outvars):
+                return self.walk_sub(jaxpr, consts, refs, count, evaluable)
+        node_id, outs = self.add_node(eqn, refs, count, evaluable)
+        if subs:  # opaque primitive with bodies: price the bodies once into this node
+            inner = Walker()
+            for jaxpr, consts in subs:
+                inner.walk_sub(jaxpr, consts, [UNKNOWN] * len(jaxpr.invars), 1.0, False)
+            self.nodes[node_id]["flops"] += inner.total("flops")
+            self.nodes[node_id]["transcendentals"] += inner.total("transcendentals")
+        return outs
+
+    def add_node(self, eqn, refs, count, evaluable, flops=None, transcendentals=None,
+                 bytes_=None, params=None):
+        """Appends a node; returns its id and the refs of its results."""
+        f, t = eqn_cost(eqn)
+        node_id = len(self.nodes)
+        self.nodes.append({
+            "id": node_id,
+            "primitive": eqn.primitive.name,
+            "params": params if params is not None else params_json(eqn),
+            "operands": [tensor_type(v) for v in eqn.invars],
+            "results": [tensor_type(v) for v in eqn.outvars],
+            "operandIds": [r[0] for r in refs],
+            "flops": float(f if flops is None else flops),
+            "transcendentals": float(t if transcendentals is None else transcendentals),
+            "bytes": float(eqn_bytes(eqn) if bytes_ is None else bytes_),
+            "count": float(count),
+        })
+        rec = self.record(eqn, refs, evaluable)
+        return node_id, [(node_id, ("rec", rec, k)) for k in range(len(eqn.outvars))]
+
+    def cond(self, eqn, refs, count):
+        # Only one branch runs: list the most expensive one (by flops+transcendentals, then bytes).
+        branches = eqn.params["branches"]
+        ops = refs[1:]
+        best, best_key = 0, None
+        for i, br in enumerate(branches):
+            w = Walker()
+            w.walk_sub(br.jaxpr, br.consts, ops, 1.0, False)
+            key = (w.total("flops") + w.total("transcendentals"), w.total("bytes"))
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        br = branches[best]
+        return self.walk_sub(br.jaxpr, br.consts, ops, count, False)
+
+    def while_loop(self, eqn, refs, count):
+        p = eqn.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cond_consts, body_consts, carry = refs[:cn], refs[cn:cn + bn], refs[cn + bn:]
+        trip = while_trip_count(p["cond_jaxpr"], cond_consts, carry)
+        n = float(trip) if trip is not None else 1.0
+        cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+        self.walk_sub(cj.jaxpr, cj.consts, cond_consts + carry, count * (n + 1), False)
+        return self.walk_sub(bj.jaxpr, bj.consts, body_consts + carry, count * n, False)
+
+    def pallas(self, eqn, refs, count, evaluable):
+        if self.on_pallas is not None:
+            node_id, outs = self.add_node(eqn, refs, count, evaluable, flops=0.0,
+                                          transcendentals=0.0, bytes_=0.0, params="{}")
+            self.on_pallas(eqn, refs, count, evaluable, node_id)
+            return outs
+        # Priced as a whole: the body's work times the grid steps, reading its operands and
+        # writing its results once.
+        body = Walker()
+        jaxpr = eqn.params["jaxpr"]
+        body.walk(jaxpr, [], [UNKNOWN] * len(jaxpr.invars), 1.0, False)
+        steps = grid_steps(eqn.params["grid_mapping"].grid)
+        _, outs = self.add_node(eqn, refs, count, evaluable,
+                                flops=body.total("flops") * steps,
+                                transcendentals=body.total("transcendentals") * steps,
+                                params=json.dumps({"name": pallas_name(eqn)}))
+        return outs
+
+
+def grid_steps(grid) -> int:
+    steps = 1
+    for d in grid:
+        steps *= int(d) if _is_int(d) else 1
+    return steps
+
+
+def pallas_name(eqn) -> str:
+    name = eqn.params.get("name")
+    if name:
+        return str(name)
+    meta = eqn.params.get("metadata")
+    if meta and isinstance(meta, dict) and meta.get("name"):
+        return str(meta["name"])
+    dbg = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return str(getattr(dbg, "func_name", "") or "pallas_call")
+
+
+def while_trip_count(cond_jaxpr, cond_consts, carry) -> int | None:
+    """Trip count of a fori-style while loop (i < n, both known literals); None otherwise."""
+    j = cond_jaxpr.jaxpr
+    if len(j.eqns) != 1 or j.eqns[0].primitive.name != "lt":
+        return None
+    refs = {v: r[1] for v, r in zip(j.invars, list(cond_consts) + list(carry))}
+    vals = []
+    for a in j.eqns[0].invars:
+        r = ("lit", a.val) if isinstance(a, jex_core.Literal) else refs.get(a)
+        if r is None or r[0] not in ("lit", "const") or r[1] is None:
+            return None
+        try:
+            vals.append(int(np.asarray(r[1])))
+        except Exception:
+            return None
+    return max(0, vals[1] - vals[0])
