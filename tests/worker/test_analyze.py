@@ -204,3 +204,24 @@ def test_trace_error_is_classified():
         analyze(bad, [S((4, 5), F32), S((6, 7), F32)], ())
     assert e.value.error_class == "traceError"
     assert "dot_general" in e.value.message or "shape" in e.value.message.lower()
+
+
+def test_pallas_call_is_priced_by_its_body_times_grid_steps():
+    from jax.experimental import pallas as pl
+
+    m, n, k, bm = 64, 128, 32, 16
+
+    def mm(x, y):
+        return pl.pallas_call(
+            lambda x_ref, y_ref, o_ref: o_ref.__setitem__(
+                ..., jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)),
+            grid=(m // bm,),
+            in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0)),
+                      pl.BlockSpec((k, n), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((m, n), F32))(x, y)
+
+    g = analyze(mm, [S((m, k), F32), S((k, n), F32)], ())
+    (call,) = nodes_of(g, "pallas_call")
+    assert call["flops"] == 2 * m * n * k
+    assert call["bytes"] == 4 * (m * k + k * n + m * n)

@@ -1,4 +1,5 @@
-"""Dataflow graph of a traced JAX function: every equation with its flops, transcendentals and bytes.
+"""Dataflow graph of a traced JAX function: every equation with its flops, transcendentals
+and bytes.
 
 The TPU performance model prices the XLA reference from this graph, and extract.py prices the
 work a candidate does outside its pallas_calls with it, so the flop counts follow XLA's cost
