@@ -1,0 +1,232 @@
+#include "config/native_spec_parser.hpp"
+
+#include "config/chip_names.hpp"
+#include "config/contained_path.hpp"
+#include "config/dtype_info.hpp"
+#include "config/input_parser.hpp"
+#include "config/nearest_name.hpp"
+#include "config/python_source.hpp"
+#include "config/spec_file.hpp"
+#include "config/tolerance_parser.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace maxkernel::config {
+
+namespace {
+
+const std::vector<std::string> top_level_keys{"name",      "description",    "dims",
+                                              "inputs",    "reference",      "reference_file",
+                                              "tolerance", "chip",           "baseline"};
+
+constexpr size_t max_inputs = 64;
+constexpr size_t max_name_length = 128;
+
+bool is_spec_name(std::string_view s) {
+  if (s.empty() || s.size() > max_name_length)
+    return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  if (bytes == std::numeric_limits<uint64_t>::max())
+    return "more than 16 EiB";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6)
+    value /= 1024, ++unit;
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+std::vector<named_dim> parse_dims(const YAML::Node& node, const field_reader& r) {
+  auto m = r.mapping(node, "dims", {});
+  std::vector<named_dim> dims;
+  for (const auto& e : m.entries) {
+    std::string field = child_field("dims", e.key);
+    if (!is_identifier(e.key))
+      r.fail(e.key_node, field,
+             fmt::format("'{}' is not a valid dimension name (letters, digits and _, not "
+                         "starting with a digit)",
+                         e.key));
+    int64_t size = r.integer(e.value, field);
+    if (size <= 0)
+      r.fail(e.value, field, fmt::format("sizes must be positive, got {}", size));
+    dims.push_back({e.key, size});
+  }
+  return dims;
+}
+
+std::string read_reference_file(const yaml_entry& e, const spec_parse_context& ctx,
+                                const field_reader& r) {
+  std::string value = r.string(e.value, "reference_file");
+  auto resolved = resolve_contained_file(ctx.spec_dir, value);
+  if (!resolved.error.empty())
+    r.fail(e.value, "reference_file", resolved.error);
+  spec_error file_err;
+  auto text = read_text_file(resolved.path.string(), file_err);
+  if (!text) {
+    std::string where = file_err.line > 0 ? fmt::format(" (line {}, column {})", file_err.line,
+                                                        file_err.column)
+                                          : "";
+    r.fail(e.value, "reference_file", fmt::format("{}{}: {}", value, where, file_err.message));
+  }
+  if (!defines_function(*text, "reference"))
+    r.fail(e.value, "reference_file",
+           fmt::format("{} does not define `def reference(...)` at module level", value));
+  return *text;
+}
+
+void check_memory(const native_spec& spec, const YAML::Node& inputs_node,
+                  const spec_parse_context& ctx, const field_reader& r) {
+  uint64_t total = 0;
+  size_t largest = 0;
+  uint64_t largest_bytes = 0;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    uint64_t bytes = input_bytes(spec.inputs[i]);
+    total = saturating_add(total, bytes);
+    if (bytes > largest_bytes)
+      largest = i, largest_bytes = bytes;
+  }
+  // A saturated total means "more than 2^64 bytes": too large whatever the limit.
+  if (total <= ctx.memory_limit_bytes && total != std::numeric_limits<uint64_t>::max())
+    return;
+  r.fail(inputs_node.Mark(), "inputs",
+         fmt::format("the inputs need {} ({} bytes), more than the memory limit of {}; the "
+                     "largest is inputs[{}] '{}' with {}",
+                     human_bytes(total),
+                     total == std::numeric_limits<uint64_t>::max() ? "> 2^64"
+                                                                   : std::to_string(total),
+                     human_bytes(ctx.memory_limit_bytes), largest, spec.inputs[largest].name,
+                     human_bytes(largest_bytes)),
+         /*too_large=*/true);
+}
+
+}  // namespace
+
+uint64_t input_bytes(const native_input& input) {
+  if (input.is_static)
+    return 0;
+  auto dtype = find_dtype(input.dtype);
+  uint64_t bytes = dtype ? dtype->itemsize : 1;
+  for (int64_t size : input.shape)
+    bytes = saturating_mul(bytes, static_cast<uint64_t>(size));
+  return bytes;
+}
+
+native_spec parse_native_spec(const YAML::Node& root, const spec_parse_context& ctx,
+                              const field_reader& r) {
+  if (root.IsNull())
+    r.fail(YAML::Mark{}, "(document)", "the spec is empty");
+  if (!root.IsMap())
+    r.fail(root, "(document)",
+           fmt::format("the top level of a spec must be a mapping (name:, inputs:, "
+                       "reference:, ...), got {}",
+                       field_reader::describe(root)));
+  auto m = r.mapping(root, "", top_level_keys);
+  native_spec spec;
+  spec.source_path = ctx.source_path;
+
+  auto name = m.find("name");
+  if (!name)
+    r.fail(m.mark, "name", "missing required field");
+  spec.name = r.text(name->value, "name");
+  if (!is_spec_name(spec.name))
+    r.fail(name->value, "name",
+           fmt::format("'{}' is not a valid task name: use letters, digits, '_', '.' and '-' "
+                       "(at most {} characters)",
+                       spec.name.substr(0, 60), max_name_length));
+
+  if (auto e = m.find("description"))
+    spec.description = r.text(e->value, "description");
+
+  if (auto e = m.find("dims"))
+    spec.dims = parse_dims(e->value, r);
+
+  auto inputs = m.find("inputs");
+  if (!inputs)
+    r.fail(m.mark, "inputs", "missing required field");
+  r.require_sequence(inputs->value, "inputs", "[{name: x, shape: [M, K], dtype: bfloat16}]");
+  if (inputs->value.size() == 0)
+    r.fail(inputs->value, "inputs", "the reference needs at least one input");
+  if (inputs->value.size() > max_inputs)
+    r.fail(inputs->value, "inputs",
+           fmt::format("{} inputs; the limit is {}", inputs->value.size(), max_inputs));
+  for (size_t i = 0; i < inputs->value.size(); ++i) {
+    const YAML::Node item = inputs->value[i];
+    std::string field = index_field("inputs", i);
+    auto input = parse_input(item, field, spec.dims, r);
+    for (size_t j = 0; j < spec.inputs.size(); ++j)
+      if (spec.inputs[j].name == input.name)
+        r.fail(item, child_field(field, "name"),
+               fmt::format("duplicate input name '{}' (also inputs[{}])", input.name, j));
+    spec.inputs.push_back(std::move(input));
+  }
+
+  auto reference = m.find("reference");
+  auto reference_file = m.find("reference_file");
+  if (reference && reference_file)
+    r.fail(reference_file->key_node, "reference_file",
+           "give either `reference` (inline source) or `reference_file`, not both");
+  if (!reference && !reference_file)
+    r.fail(m.mark, "reference",
+           "missing required field: inline Python defining `reference(...)`, or "
+           "`reference_file: ref.py`");
+  if (reference) {
+    spec.reference = r.string(reference->value, "reference");
+    if (!defines_function(spec.reference, "reference"))
+      r.fail(reference->value, "reference",
+             "the source does not define `def reference(...)` at module level");
+  } else {
+    spec.reference = read_reference_file(*reference_file, ctx, r);
+  }
+
+  if (auto e = m.find("tolerance"))
+    spec.tolerances = parse_tolerances(e->value, "tolerance", r);
+  else
+    spec.tolerances.push_back({-1, 1e-2, 1e-2});  // JAXBench's harness default
+
+  if (auto e = m.find("chip")) {
+    spec.chip = r.string(e->value, "chip");
+    if (!is_known_chip(spec.chip)) {
+      std::string hint = nearest_name(spec.chip, chip_names());
+      r.fail(e->value, "chip",
+             fmt::format("unknown chip '{}'{}; expected one of {}", spec.chip,
+                         hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
+                         join_names(chip_names())));
+    }
+  }
+  if (!ctx.chip_override.empty())
+    spec.chip = ctx.chip_override;
+
+  if (auto e = m.find("baseline")) {
+    std::string value = r.string(e->value, "baseline");
+    auto resolved = resolve_contained_file(ctx.spec_dir, value);
+    if (!resolved.error.empty())
+      r.fail(e->value, "baseline", resolved.error);
+    spec.baseline_path = resolved.path.string();
+  }
+
+  check_memory(spec, inputs->value, ctx, r);
+  return spec;
+}
+
+}  // namespace maxkernel::config
