@@ -332,3 +332,35 @@ def test_jax_ops_megablox_gmm(schema):
     assert blind["grid"][1] == -1
     assert dep(operand(blind, "input", 0), 1) == {"axis": 1, "kind": "irregular", "deltas": [],
                                                     "changeFraction": 1.0}
+
+
+def test_prefetch_tables_from_task_values_and_bad_task_inputs():
+    # A gather by block: block i of the output reads block table[i] of x.
+    n_blocks, rows = 6, 8
+    table = [3, 3, 0, 5, 1, 1]
+
+    def gather(tbl, x):
+        return pl.pallas_call(
+            lambda t_ref, x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(n_blocks,),
+                in_specs=[pl.BlockSpec((rows, 128), lambda i, t: (t[i], 0))],
+                out_specs=pl.BlockSpec((rows, 128), lambda i, t: (i, 0))),
+            out_shape=jax.ShapeDtypeStruct((n_blocks * rows, 128), F32))(tbl, x)
+
+    def f(tbl, x):
+        return gather(tbl * 1, x)  # the table is computed outside the kernel
+
+    args = [S((n_blocks,), jnp.int32), S((n_blocks * rows, 128), F32)]
+    st = extract(f, args, (), lambda: [jnp.array(table, jnp.int32),
+                                       jnp.zeros((n_blocks * rows, 128), F32)])
+    (call,) = st["pallasCalls"]
+    x_dep = dep(operand(call, "input", 0), 0)
+    changes = sum(a != b for a, b in zip(table, table[1:])) / (len(table) - 1)
+    assert x_dep["kind"] == "irregular"
+    assert x_dep["changeFraction"] == pytest.approx(changes)
+    assert dep(operand(call, "output", 0), 0)["deltas"] == [1, 0]
+
+    with pytest.raises(WorkerError) as e:
+        extract(f, args, (), lambda: [jnp.array(table, jnp.int32), jnp.zeros((4, 128), F32)])
+    assert e.value.error_class == "badInput" and "input array 1" in e.value.message

@@ -49,7 +49,7 @@ def extract(fn, abstract_args: list, static_argnums: tuple, concrete_args=None) 
 
     walker = Walker(on_pallas=on_pallas)
     walker.walk_top(closed)
-    values = _PrefetchValues(walker, concrete_args, static_argnums)
+    values = _PrefetchValues(walker, concrete_args, static_argnums, closed.jaxpr.invars)
     calls = []
     for i, (eqn, refs, count, evaluable, node_id) in enumerate(found):
         try:
@@ -300,12 +300,15 @@ def _dependence(bm, grid, prefetch) -> list[dict]:
     axes_to_eval = [a for a in range(n_grid) if any(a in d for d in deps)]
     evaluated = {}
     if axes_to_eval and not isinstance(prefetch, _Unknown):
-        evaluated = _evaluate_along_axes(closed, grid, axes_to_eval, prefetch)
+        try:
+            evaluated = _evaluate_along_axes(closed, grid, axes_to_eval, prefetch)
+        except Exception:  # an index map we cannot evaluate: its axes count as irregular
+            evaluated = {}
     for a in range(n_grid):
         if a not in axes_to_eval:
             out.append({"axis": a, "kind": "none", "deltas": [0] * nout, "changeFraction": 0.0})
             continue
-        if a not in evaluated:  # data-dependent and the prefetch values are unknown
+        if a not in evaluated:  # data-dependent on unknown tables, or not evaluable
             out.append({"axis": a, "kind": "irregular", "deltas": [], "changeFraction": 1.0})
             continue
         deltas = evaluated[a]  # array (pairs, nout)
@@ -463,8 +466,9 @@ class _PrefetchValues:
     """Values of pallas_call operands computed from the concrete args by evaluating only the
     equations they depend on (never a pallas_call)."""
 
-    def __init__(self, walker, concrete_args, static_argnums):
+    def __init__(self, walker, concrete_args, static_argnums, invars):
         self.walker = walker
+        self.invars = invars
         self.concrete_args = concrete_args
         self.static_argnums = tuple(static_argnums)
         self.flat = None
@@ -480,8 +484,24 @@ class _PrefetchValues:
                 raise WorkerError("badInput", f"the task's inputs failed while computing scalar "
                                   f"prefetch values: {type(e).__name__}: {e}") from e
             dynamic = [a for i, a in enumerate(args) if i not in self.static_argnums]
-            self.flat = jax.tree_util.tree_leaves(dynamic)
+            flat = jax.tree_util.tree_leaves(dynamic)
+            self._check(flat)
+            self.flat = flat
         return self.flat
+
+    def _check(self, flat):
+        # The tables must come from the full-size inputs the kernel was traced with.
+        if len(flat) != len(self.invars):
+            raise WorkerError("badInput", f"the task's inputs have {len(flat)} arrays, the "
+                              f"traced candidate takes {len(self.invars)}")
+        for k, (x, v) in enumerate(zip(flat, self.invars)):
+            shape, dtype = tuple(np.shape(x)), jnp.result_type(x)
+            want = aval_of(v)
+            if shape != tuple(want.shape) or (dtype != want.dtype and not
+                                              getattr(want, "weak_type", False)):
+                raise WorkerError("badInput", f"input array {k} of the task is "
+                                  f"{dtype}{list(shape)}, the candidate was traced with "
+                                  f"{want.dtype}{list(want.shape)}")
 
     def get(self, refs):
         """List of concrete values for refs, or _Unknown()."""
@@ -528,13 +548,14 @@ class _PrefetchValues:
         outside_vals = [self.cache[n] for n in outside]
         key = _slice_key(records, needed, pos, outside, outside_vals, flat)
         program = _PROGRAMS.get(key) if key is not None else None
-        if program is None:
-            program = jax.jit(_slice_program([records[n] for n in needed], pos, outside))
-            if key is not None:
-                if len(_PROGRAMS) >= _MAX_PROGRAMS:
-                    _PROGRAMS.pop(next(iter(_PROGRAMS)))
-                _PROGRAMS[key] = program
         try:
+            if program is None:
+                program = _compile(_slice_program([records[n] for n in needed], pos, outside),
+                                   list(flat), outside_vals)
+                if key is not None:
+                    if len(_PROGRAMS) >= _MAX_PROGRAMS:
+                        _PROGRAMS.pop(next(iter(_PROGRAMS)))
+                    _PROGRAMS[key] = program
             result = program(list(flat), outside_vals)
         except _Unknown:
             raise
@@ -546,6 +567,17 @@ class _PrefetchValues:
 
 _PROGRAMS: dict = {}
 _MAX_PROGRAMS = 64
+# These programs are small integer bookkeeping run once: XLA's optimizations cost more
+# compilation time (about half of it) than they save.
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def _compile(fn, *args):
+    lowered = jax.jit(fn).lower(*args)
+    try:
+        return lowered.compile(compiler_options=_FAST_COMPILE)
+    except Exception:  # options unknown to this XLA
+        return lowered.compile()
 
 
 def _slice_program(recs, pos, outside):
