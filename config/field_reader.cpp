@@ -47,6 +47,10 @@ void field_reader::fail(const YAML::Mark& mark, const std::string& field,
 
 void field_reader::fail(const YAML::Node& at, const std::string& field,
                         const std::string& message) const {
+  if (at.IsNull())
+    for (const auto& [node, key_mark] : null_value_keys_)
+      if (node.is(at))
+        fail(key_mark, field, message);
   fail(at.Mark(), field, message);
 }
 
@@ -88,6 +92,8 @@ yaml_mapping field_reader::mapping(const YAML::Node& node, const std::string& fi
                        hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
                        join_names(allowed)));
     }
+    if (value.IsNull())
+      null_value_keys_.emplace_back(value, key.Mark());
     out.entries.push_back({std::move(name), key, value});
   }
   return out;

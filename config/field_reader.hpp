@@ -56,6 +56,9 @@ public:
 
 private:
   std::string file_;
+  // yaml-cpp marks an empty value (`chip:`) at the next token, often the next line; errors
+  // about such a value point at its key instead.
+  mutable std::vector<std::pair<YAML::Node, YAML::Mark>> null_value_keys_;
 };
 
 // A key's path below its parent: "inputs" / "inputs[1].dtype".
