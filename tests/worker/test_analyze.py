@@ -1,11 +1,9 @@
 """analyze(): the dataflow graph of a traced function, with XLA-style flop counts."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
-import capnp
 import jax
 import jax.numpy as jnp
 import pytest
@@ -15,6 +13,7 @@ sys.path.insert(0, str(ROOT / "tpu_nodes" / "worker"))
 
 from maxkernel_worker.analyze import analyze  # noqa: E402
 from maxkernel_worker.errors import WorkerError  # noqa: E402
+from maxkernel_worker.schema import load_schemas  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32
@@ -22,9 +21,7 @@ F32 = jnp.float32
 
 @pytest.fixture(scope="module")
 def schema():
-    capnp_dir = os.path.dirname(os.path.dirname(capnp.__file__))  # holds capnp/c++.capnp
-    return capnp.load(str(ROOT / "messages" / "schema" / "kernel_structure.capnp"),
-                      imports=[capnp_dir])
+    return load_schemas(str(ROOT / "messages" / "schema"))
 
 
 def nodes_of(graph, primitive):

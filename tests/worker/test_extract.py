@@ -1,11 +1,9 @@
 """extract(): the structure of Pallas kernels, ours and the ones shipped with the pinned JAX."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
-import capnp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +16,7 @@ sys.path.insert(0, str(ROOT / "tpu_nodes" / "worker"))
 
 from maxkernel_worker.errors import WorkerError  # noqa: E402
 from maxkernel_worker.extract import blocks_of, extract  # noqa: E402
+from maxkernel_worker.schema import load_schemas  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32
@@ -25,9 +24,7 @@ F32 = jnp.float32
 
 @pytest.fixture(scope="module")
 def schema():
-    capnp_dir = os.path.dirname(os.path.dirname(capnp.__file__))  # holds capnp/c++.capnp
-    return capnp.load(str(ROOT / "messages" / "schema" / "kernel_structure.capnp"),
-                      imports=[capnp_dir])
+    return load_schemas(str(ROOT / "messages" / "schema"))
 
 
 def check_schema(schema, structure):

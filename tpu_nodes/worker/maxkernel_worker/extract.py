@@ -22,7 +22,7 @@ from .analyze import (REF_ACCESS, UNKNOWN, Walker, aval_of, itemsize, nbytes, pa
 from .errors import WorkerError
 
 SCHEMA_VERSION = 1
-MAX_SAMPLES_PER_AXIS = 4096   # index-map evaluations per axis and base point
+MAX_SAMPLES_PER_AXIS = 4096   # index-map evaluations per grid axis (all base points together)
 UNKNOWN_AXIS_SAMPLES = 8      # positions sampled along a dynamic axis of unknown size
 DEFAULT_BUFFERING = 2         # pallas_call double-buffers every pipelined block
 
@@ -269,14 +269,15 @@ def _axis_reads_prefetch(deps, axis, n_grid) -> bool:
     return any(axis in d and any(i >= n_grid for i in d) for d in deps)
 
 
-def _axis_positions(n):
-    """Positions along an axis of size n (-1 unknown) and the consecutive pairs among them."""
+def _axis_positions(n, cap):
+    """At most cap positions along an axis of size n (-1 unknown) and the consecutive pairs
+    among them: every step when the axis is short, evenly spread pairs otherwise."""
     if n < 0:
         n = UNKNOWN_AXIS_SAMPLES
-    if n <= MAX_SAMPLES_PER_AXIS:
+    if n <= cap:
         pos = np.arange(n)
         return pos, [(i, i + 1) for i in range(n - 1)]
-    starts = np.unique(np.linspace(0, n - 2, MAX_SAMPLES_PER_AXIS // 2).astype(np.int64))
+    starts = np.unique(np.linspace(0, n - 2, max(cap // 2, 1)).astype(np.int64))
     pos = np.stack([starts, starts + 1], axis=1).reshape(-1)
     return pos, [(2 * i, 2 * i + 1) for i in range(len(starts))]
 
@@ -332,10 +333,11 @@ def _evaluate_along_axes(closed, grid, axes, prefetch) -> dict:
     columns = [[] for _ in grid]
     pair_slices = {}
     total = 0
+    bases = _base_points(grid)
     for a in axes:
-        pos, pairs = _axis_positions(grid[a])
+        pos, pairs = _axis_positions(grid[a], MAX_SAMPLES_PER_AXIS // len(bases))
         idx_pairs = []
-        for base in _base_points(grid):
+        for base in bases:
             for g in range(len(grid)):
                 columns[g].append(pos if g == a else np.full(len(pos), base[g]))
             idx_pairs += [(total + i, total + j) for i, j in pairs]
