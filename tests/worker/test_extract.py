@@ -361,3 +361,23 @@ def test_prefetch_tables_from_task_values_and_bad_task_inputs():
     with pytest.raises(WorkerError) as e:
         extract(f, args, (), lambda: [jnp.array(table, jnp.int32), jnp.zeros((4, 128), F32)])
     assert e.value.error_class == "badInput" and "input array 1" in e.value.message
+
+
+def test_jax_ops_splash_attention_tables_are_trace_constants(schema):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    heads, seq, d, blk = 2, 512, 128, 128
+    mask = sm.MultiHeadMask([sm.CausalMask((seq, seq)) for _ in range(heads)])
+    kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1,
+                                block_sizes=sk.BlockSizes(block_q=blk, block_kv=blk,
+                                                          block_kv_compute=blk))
+    # The block-sparsity tables are numpy constants of the trace: no task values needed.
+    st = extract(lambda q, k, v: kernel(q, k, v), [S((heads, seq, d), jnp.bfloat16)] * 3, ())
+    (call,) = st["pallasCalls"]
+    assert call["grid"] == [heads, seq // blk, seq // blk]
+    assert call["numScalarPrefetch"] > 0
+    k_dep = dep(operand(call, "input", 1), 2)
+    # Causal: the kv block advances only below the diagonal, looked up in the tables.
+    assert k_dep["kind"] == "irregular" and 0.0 < k_dep["changeFraction"] < 1.0
+    check_schema(schema, st)
