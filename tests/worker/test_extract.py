@@ -381,3 +381,22 @@ def test_jax_ops_splash_attention_tables_are_trace_constants(schema):
     # Causal: the kv block advances only below the diagonal, looked up in the tables.
     assert k_dep["kind"] == "irregular" and 0.0 < k_dep["changeFraction"] < 1.0
     check_schema(schema, st)
+
+
+def test_vmapped_kernel_gets_a_parallel_axis():
+    def exp_kernel(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., jnp.exp(x_ref[...])),
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((16, 128), F32),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=(pltpu.ARBITRARY,)))(x)
+
+    (call,) = extract(jax.vmap(exp_kernel), [S((3, 16, 128), F32)], ())["pallasCalls"]
+    assert call["grid"] == [3, 2]
+    assert call["dimensionSemantics"] == ["parallel", "arbitrary"]
+    assert call["stepTranscendentals"] == 8 * 128
+    x = operand(call, "input", 0)
+    assert x["blockShape"] == [-1, 8, 128]
+    assert dep(x, 0)["deltas"] == [1, 0, 0] and dep(x, 1)["deltas"] == [0, 1, 0]

@@ -99,7 +99,8 @@ def _pallas_call(eqn, refs, count, evaluable, values) -> dict:
     dyn = _Unknown() if isinstance(vals, _Unknown) else vals[:n_dyn]
     prefetch = _Unknown() if isinstance(vals, _Unknown) else vals[n_dyn:]
     grid = _grid(gm.grid, dyn)
-    semantics = _dimension_semantics(p.get("compiler_params"), len(grid))
+    semantics = _dimension_semantics(p.get("compiler_params"), len(grid),
+                                     tuple(getattr(gm, "vmapped_dims", ()) or ()))
 
     operands = []
     for k, v in enumerate(idx_vars):
@@ -188,16 +189,16 @@ def _compiler_param(cp, name):
     return getattr(cp, name, None)
 
 
-def _dimension_semantics(cp, ndim) -> list[str]:
+def _dimension_semantics(cp, ndim, vmapped) -> list[str]:
+    """Per grid axis, as Mosaic lowers them: the user's semantics for the user's axes
+    ("arbitrary" when none are given), "parallel" for axes added by jax.vmap."""
     sem = _compiler_param(cp, "dimension_semantics")
-    if not sem:
-        return ["arbitrary"] * ndim  # Mosaic's default when none is given
-    out = []
-    for s in sem:
-        s = getattr(s, "value", s)
-        s = str(s).lower().rsplit(".", 1)[-1]
-        out.append(s)
-    return out
+    user = [str(getattr(s, "value", s)).lower().rsplit(".", 1)[-1] for s in (sem or ())]
+    n_user = ndim - len(vmapped)
+    if len(user) != n_user:
+        user = (user + ["arbitrary"] * n_user)[:n_user]
+    it = iter(user)
+    return ["parallel" if i in vmapped else next(it) for i in range(ndim)]
 
 
 def _vmem_limit(cp) -> int:
