@@ -400,3 +400,29 @@ def test_vmapped_kernel_gets_a_parallel_axis():
     x = operand(call, "input", 0)
     assert x["blockShape"] == [-1, 8, 128]
     assert dep(x, 0)["deltas"] == [1, 0, 0] and dep(x, 1)["deltas"] == [0, 1, 0]
+
+
+def test_numpy_index_map_evaluator_agrees_with_jax():
+    # extract() evaluates index maps with numpy for speed; JAX's own evaluation is the truth.
+    from maxkernel_worker.extract import _eval_index_map, _jax_eval
+
+    def f(tbl, x):
+        return pl.pallas_call(
+            lambda t_ref, x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(7, 5),
+                in_specs=[pl.BlockSpec((8, 128), lambda i, j, t: (
+                    jnp.minimum(i, 3) // 2 + t[j] % 3,
+                    jnp.where(j % 3 == 0, j, jnp.maximum(2 * j - 7, 0) // 3)))],
+                out_specs=pl.BlockSpec((8, 128), lambda i, j, t: (i, (j - 6) // 4 + 2))),
+            out_shape=jax.ShapeDtypeStruct((56, 640), F32))(tbl, x)
+
+    closed = jax.make_jaxpr(f)(S((5,), jnp.int32), S((64, 1024), F32))
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    ii, jj = np.meshgrid(np.arange(7), np.arange(5), indexing="ij")
+    points = [ii.reshape(-1), jj.reshape(-1)]
+    table = np.array([4, -1, 7, 2, 9], np.int32)
+    for bm in eqn.params["grid_mapping"].block_mappings:
+        fast = _eval_index_map(bm.index_map_jaxpr, points, [table])
+        slow = _jax_eval(bm.index_map_jaxpr, [p.astype(np.int64) for p in points] + [table], 2)
+        assert fast.tolist() == np.stack([np.asarray(r).reshape(-1) for r in slow], 1).tolist()
