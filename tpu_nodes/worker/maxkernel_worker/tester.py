@@ -1,0 +1,475 @@
+"""Correctness: the candidate in TPU interpret mode against the reference, on fresh inputs.
+
+Hardening against reward hacking (all in-process, so defence in depth behind the sandbox;
+arbitrary Python in the same process can always dig deeper):
+  - while candidate code runs (guard()), executing any code of the task's reference files,
+    opening them, importing the task's modules, walking the heap (gc), or removing the trace
+    hook is recorded as rewardHack; sockets and subprocesses as sandboxViolation. A frame
+    hook (sys.settrace) sees the reference's code whatever path the candidate took to it;
+    jax.clear_caches() before each run makes a jitted reference re-execute its Python.
+  - the reference runs after the candidate on each case, so its answer for the current
+    inputs does not exist while the candidate runs;
+  - several seeds: a constant answer, or one replayed from an earlier case, fails (a replay
+    of an answer that passed earlier is reported as rewardHack);
+  - a degenerate reference (outputs barely change between seeds) adds cases on inputs
+    redrawn from N(0,1);
+  - patches to jax / numpy module attributes are detected, undone and reported.
+"""
+
+import contextlib
+import hashlib
+import os
+import socket
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas import tpu as pltpu
+
+from . import candidate as candidate_mod
+from .errors import WorkerError
+from .sandbox import denial_message
+
+DEFAULT_SEEDS = (0, 1, 2)
+DEGENERATE_CHANGE = 1e-6
+MAX_MESSAGE = 2000
+INTERPRET_PARAMS = pltpu.InterpretParams(uninitialized_memory="nan", out_of_bounds_reads="raise")
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(m.__file__)))
+                       for m in (jax, np, os)})
+_TASK_MODULE_PREFIXES = ("maxkernel_task_", "maxkernel_reference")
+
+
+class RewardHack(BaseException):
+    """Raised into candidate code at a forbidden act. BaseException, so that a candidate's
+    `except Exception` does not swallow it (the act is recorded anyway)."""
+
+
+# ---------------------------------------------------------------------------- the guard
+
+class _Guard:
+    def __init__(self, files: frozenset, dirs: tuple):
+        self.files = files          # code filenames and paths of the task's reference files
+        self.dirs = dirs            # task directories: nothing beneath them may be opened
+        self.violations: list[tuple[str, str]] = []
+
+    def violate(self, error_class: str, message: str):
+        if len(self.violations) < 8:
+            self.violations.append((error_class, message))
+        raise RewardHack(message) if error_class == "rewardHack" else PermissionError(message)
+
+    def forbidden_path(self, path) -> bool:
+        if isinstance(path, int):
+            return False
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return real in self.files or any(real == d or real.startswith(d + os.sep) for d in self.dirs)
+
+
+_active: _Guard | None = None
+
+_HEAP_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
+_PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                   "os.fork", "os.forkpty", "pty.spawn")
+_NETWORK_EVENTS = ("socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto",
+                   "socket.gethostbyname", "urllib.Request")
+
+
+def _audit(event: str, args) -> None:
+    guard = _active
+    if guard is None:
+        return
+    if event == "open":
+        if args and guard.forbidden_path(args[0]):
+            guard.violate("rewardHack", f"opened the task's file {args[0]}")
+    elif event == "import":
+        name = args[0] if args else ""
+        if isinstance(name, str) and name.startswith(_TASK_MODULE_PREFIXES):
+            guard.violate("rewardHack", f"imported the task's module {name}")
+        if len(args) > 1 and args[1] and guard.forbidden_path(args[1]):
+            guard.violate("rewardHack", f"imported the task's file {args[1]}")
+    elif event in ("compile", "exec"):
+        code = args[0] if args else None
+        filename = args[1] if event == "compile" and len(args) > 1 else getattr(code, "co_filename", None)
+        if isinstance(filename, str) and filename in guard.files:
+            guard.violate("rewardHack", f"compiled the task's file {filename}")
+    elif event in _HEAP_EVENTS:
+        guard.violate("rewardHack", f"walked the heap ({event}) to reach the harness")
+    elif event in ("sys.settrace", "sys.setprofile"):
+        guard.violate("rewardHack", f"removed the harness's hook ({event})")
+    elif event.startswith(_PROCESS_EVENTS):
+        guard.violate("sandboxViolation", f"tried to start a process ({event})")
+    elif event in _NETWORK_EVENTS:
+        guard.violate("sandboxViolation", f"tried to use the network ({event} {args[1:2]})")
+
+
+sys.addaudithook(_audit)
+
+
+def _trace(frame, event, arg):
+    guard = _active
+    if guard is not None and frame.f_code.co_filename in guard.files:
+        guard.violate("rewardHack", f"called the reference ({frame.f_code.co_name} in "
+                                    f"{frame.f_code.co_filename})")
+    return None
+
+
+def _own_code(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_DIR) or filename.startswith(_LIBRARY_DIRS)
+
+
+def _code_files(fn, depth: int = 0) -> set[str]:
+    """Filenames of the reference's own code, looking through wrappers (functools.wraps,
+    jax.jit, closures of the task's adapters) but never into our package or libraries."""
+    if depth > 3 or fn is None:
+        return set()
+    files = set()
+    code = getattr(fn, "__code__", None)
+    if code is not None and not _own_code(code.co_filename):
+        files.add(code.co_filename)
+    for inner in (getattr(fn, "__wrapped__", None), getattr(fn, "func", None)):
+        if inner is not None and inner is not fn:
+            files |= _code_files(inner, depth + 1)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if callable(value) and not isinstance(value, type):
+            files |= _code_files(value, depth + 1)
+    return files
+
+
+def forbidden_for(task, spec: dict | None) -> tuple[frozenset, tuple]:
+    """(files, dirs) a candidate must not touch: the reference's code and the task's files."""
+    files, dirs = set(), []
+    for c in range(task.num_configurations):
+        try:
+            files |= _code_files(task.reference(c))
+        except Exception:   # a broken reference is reported by the test itself
+            pass
+    source = (spec or {}).get("sourcePath", "") or ""
+    if source and os.path.isdir(source):
+        dirs.append(os.path.realpath(source))
+    elif source:
+        files.add(os.path.realpath(source))
+    files |= {os.path.realpath(f) for f in list(files) if os.path.isabs(f)}
+    return frozenset(files), tuple(dirs)
+
+
+_PATCHABLE = (jax, jnp, jax.lax, jax.random, np, np.random, pltpu)
+
+
+def _module_snapshot() -> list[dict]:
+    import jax.experimental.pallas as pl
+    return [dict(vars(m)) for m in _PATCHABLE + (pl,)]
+
+
+_baseline = None
+
+
+def _undo_patches() -> list[str]:
+    """Names of jax/numpy attributes changed since start; restores them."""
+    global _baseline
+    import jax.experimental.pallas as pl
+    modules = _PATCHABLE + (pl,)
+    if _baseline is None:
+        _baseline = _module_snapshot()
+        return []
+    patched = []
+    for module, before in zip(modules, _baseline):
+        now = vars(module)
+        for name, value in before.items():
+            if now.get(name, _baseline) is not value:
+                patched.append(f"{module.__name__}.{name}")
+                setattr(module, name, value)
+    return patched
+
+
+_undo_patches()   # the baseline: taken at import, before any candidate ran
+
+
+@contextlib.contextmanager
+def guard(files: frozenset = frozenset(), dirs: tuple = ()):
+    """Runs candidate code with the reference fenced off. On exit, raises WorkerError
+    rewardHack / sandboxViolation when the candidate did something forbidden, even when its
+    own code caught the exception we raised into it."""
+    global _active
+    g = _Guard(files, dirs)
+    previous = sys.gettrace()
+    _active = g
+    sys.settrace(_trace)
+    threading.settrace(_trace)
+    try:
+        yield g
+    except RewardHack:
+        pass   # recorded in g.violations
+    finally:
+        _active = None
+        sys.settrace(previous)
+        threading.settrace(None)
+    patched = _undo_patches()
+    if patched:
+        g.violations.insert(0, ("rewardHack", "patched " + ", ".join(patched[:5])))
+    if g.violations:
+        error_class, message = g.violations[0]
+        raise WorkerError(error_class, message)
+
+
+# ---------------------------------------------------------------------------- comparison
+
+def _shape_text(args) -> str:
+    parts = []
+    for a in args:
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            parts.append(f"({','.join(str(int(d)) for d in a.shape)}) {a.dtype}")
+        else:
+            parts.append(repr(a))
+    return ", ".join(parts)
+
+
+def _digest(leaves) -> str:
+    h = hashlib.sha256()
+    for x in leaves:
+        h.update(str(x.dtype).encode() + str(x.shape).encode())
+        h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
+def _to_numpy(tree) -> list:
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def compare(got: list, expected: list, tolerance) -> dict:
+    """A TestCase dict (without configuration/seed/kind/reduced/inputShapes) and its failure
+    class (None when it passes): |got - expected| <= atol + rtol * |expected| per element."""
+    case = {"passed": False, "output": -1, "maxAbsErr": 0.0, "maxRelErr": 0.0,
+            "worstIndex": [], "message": ""}
+    if len(got) != len(expected):
+        case["message"] = f"the reference returns {len(expected)} outputs, the candidate {len(got)}"
+        return case, "wrongOutput"
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape or g.dtype != e.dtype:
+            case["output"] = k
+            case["message"] = (f"output {k}: expected {e.shape} {e.dtype}, "
+                               f"got {g.shape} {g.dtype}")
+            return case, "wrongOutput"
+    worst = None   # (excess, output, index, failure class)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        atol, rtol = tolerance(k)
+        a = g.astype(np.float32)
+        b = e.astype(np.float32)
+        if a.size == 0:
+            continue
+        finite_b = np.isfinite(b)
+        non_finite = ~np.isfinite(a) & finite_b
+        err = np.abs(a - b)
+        both = finite_b & np.isfinite(a)
+        err_f = np.where(both, err, 0.0)
+        case["maxAbsErr"] = max(case["maxAbsErr"], float(err_f.max()))
+        rel = np.where(both & (b != 0), err_f / np.where(b != 0, np.abs(b), 1.0), 0.0)
+        case["maxRelErr"] = max(case["maxRelErr"], float(rel.max()))
+        if non_finite.any():
+            index = np.unravel_index(int(np.argmax(non_finite)), a.shape)
+            count = int(non_finite.sum())
+            msg = (f"output {k}: {count} of {a.size} elements are NaN/Inf where the reference "
+                   f"is finite; first at {tuple(int(i) for i in index)}: got {a[index]}, "
+                   f"expected {b[index]}")
+            return dict(case, output=k, worstIndex=[int(i) for i in index], message=msg), "nonFinite"
+        # Where the reference itself is not finite, the candidate must match it exactly.
+        special_bad = ~finite_b & ~((a == b) | (np.isnan(a) & np.isnan(b)))
+        excess = np.where(both, err - (atol + rtol * np.abs(b)), 0.0)
+        excess = np.where(special_bad, np.inf, excess)
+        flat = int(np.argmax(excess))
+        index = np.unravel_index(flat, a.shape)
+        bad = int((excess > 0).sum())
+        if worst is None or excess[index] > worst[0]:
+            worst = (float(excess[index]), k, index, bad, atol, rtol, a[index], b[index])
+    if worst is None:
+        case["passed"] = True
+        return case, None
+    excess, k, index, bad, atol, rtol, got_v, exp_v = worst
+    case.update(output=k, worstIndex=[int(i) for i in index])
+    if excess > 0:
+        total = got[k].size
+        case["message"] = (f"output {k}: {bad} of {total} elements beyond atol={atol:g} "
+                           f"rtol={rtol:g}; worst at {tuple(int(i) for i in index)}: got "
+                           f"{got_v:g}, expected {exp_v:g}")
+        return case, "mismatch"
+    case["passed"] = True
+    return case, None
+
+
+def _relative_change(a: list, b: list) -> float:
+    num, den = 0.0, 0.0
+    for x, y in zip(a, b):
+        x = x.astype(np.float64)
+        y = y.astype(np.float64)
+        if x.shape != y.shape:
+            return 1.0   # shapes differ: certainly input-dependent
+        finite = np.isfinite(x) & np.isfinite(y)
+        if finite.any():
+            num = max(num, float(np.abs(x - y)[finite].max()))
+            den = max(den, float(np.abs(x)[finite].max()))
+    if num == 0.0:
+        return 0.0
+    return num / den if den > 0 else float("inf")
+
+
+# ---------------------------------------------------------------------------- running
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # JAX's re-raised errors repeat the message with a long traceback note: keep the head.
+    text = text.split("\n\nThe preceding stack trace")[0]
+    out = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return out[:MAX_MESSAGE]
+
+
+def classify_candidate_exception(exc: BaseException, cand, default: str) -> WorkerError:
+    """The failure class of an exception raised by candidate code."""
+    if isinstance(exc, WorkerError):
+        return exc
+    where = candidate_mod.innermost_location(exc, cand) if cand is not None else ""
+    prefix = f"{where}: " if where else ""
+    denied = denial_message(exc)
+    if denied or isinstance(exc, socket.gaierror):
+        return WorkerError("sandboxViolation", prefix + (denied or _short(exc)))
+    if isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in str(exc):
+        return WorkerError("resourceLimit", prefix + _short(exc))
+    return WorkerError(default, prefix + _short(exc))
+
+
+def _run_candidate(cand, fn, args, files, dirs):
+    """The candidate's outputs as numpy leaves; raises WorkerError on any failure."""
+    jax.clear_caches()   # a jitted reference must run its Python again, under the trace hook
+    try:
+        with guard(files, dirs):
+            try:
+                with pltpu.force_tpu_interpret_mode(INTERPRET_PARAMS):
+                    out = jax.block_until_ready(fn(*args))
+                return _to_numpy(out)
+            except (WorkerError, RewardHack):
+                raise
+            except BaseException as e:   # SystemExit too: a candidate never ends the worker
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise classify_candidate_exception(e, cand, "runtimeError") from e
+    except BaseException:
+        pltpu.reset_tpu_interpret_mode_state()
+        raise
+
+
+def _run_reference(task, configuration, args, seed, kind) -> list:
+    try:
+        return _to_numpy(jax.block_until_ready(task.reference(configuration)(*args)))
+    except WorkerError:
+        raise
+    except Exception as e:
+        raise WorkerError("badInput", f"task {task.name}: the reference failed on configuration "
+                                      f"{configuration}, seed {seed} ({kind} inputs): {_short(e)}") from e
+
+
+def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tuple[dict, str]:
+    """(sizes, note): a reduced size per original size from the candidate's blocks, or {}."""
+    from .extract import blocks_of, extract
+    from .reduction import reduced_sizes
+    static = task.static_argnums(configuration)
+    try:
+        with guard(files, dirs):
+            structure = extract(cand.workload, task.abstract_args(configuration), static,
+                                concrete_args=lambda: task.make_args(configuration, seed))
+        blocks = blocks_of(structure)
+        sizes = reduced_sizes(task, configuration, blocks)
+    except WorkerError as e:
+        if e.error_class in ("rewardHack", "sandboxViolation"):
+            raise
+        return {}, f"configuration {configuration}: tested at full size ({e.error_class}: {e.message})"
+    except Exception as e:
+        return {}, f"configuration {configuration}: tested at full size (no reduction: {_short(e)})"
+    sizes = {int(k): int(v) for k, v in sizes.items() if int(k) != int(v)}
+    if not sizes:
+        return {}, f"configuration {configuration}: tested at full size (nothing to reduce)"
+    text = ", ".join(f"{k}->{v}" for k, v in sorted(sizes.items()))
+    return sizes, f"configuration {configuration}: tested at reduced sizes {text}"
+
+
+def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, WorkerError | None]:
+    """TestReport dict and the failure (None when every case passes).
+
+    options: EvalOptions dict (seeds, full). Raises WorkerError badInput when the task
+    itself fails (its inputs or reference), which is not the candidate's fault.
+    """
+    seeds = [int(s) for s in (options.get("seeds") or [])] or list(DEFAULT_SEEDS)
+    full = bool(options.get("full", False))
+    files, dirs = forbidden_for(task, spec)
+    report = {"cases": [], "degenerateReference": False, "notes": []}
+    failure = None
+    for c in range(task.num_configurations):
+        static = task.static_argnums(c)
+        fn = jax.jit(cand.workload, static_argnums=static)
+        sizes = {}
+        if not full:
+            sizes, note = reduction_for(cand, task, c, seeds[0], files, dirs)
+            report["notes"].append(note)
+        degenerate = bool(getattr(task, "degenerate", False))
+        plan = [(s, "fresh", False) for s in seeds]
+        if degenerate:
+            report["degenerateReference"] = True
+            plan += [(s, "redrawn-normal", True) for s in seeds]
+        seen = []   # (candidate digest, reference digest, passed, case number)
+        fresh_refs = []
+        i = 0
+        while i < len(plan):
+            seed, kind, redraw = plan[i]
+            i += 1
+            args = task.make_args(c, seed, sizes or None, redraw_normal=redraw)
+            case = {"configuration": c, "seed": seed, "kind": kind, "reduced": bool(sizes),
+                    "inputShapes": _shape_text(args)}
+            try:
+                got = _run_candidate(cand, fn, args, files, dirs)
+            except WorkerError as e:
+                report["cases"].append(dict(case, passed=False, output=-1, maxAbsErr=0.0,
+                                            maxRelErr=0.0, worstIndex=[], message=e.message))
+                failure = e
+                break
+            expected = _run_reference(task, c, args, seed, kind)
+            result, error_class = compare(got, expected, task.tolerance)
+            cand_digest, ref_digest = _digest(got), _digest(expected)
+            for earlier_digest, earlier_ref, earlier_passed, number in seen:
+                if earlier_digest == cand_digest and earlier_ref != ref_digest and error_class:
+                    if earlier_passed:
+                        error_class = "rewardHack"
+                        result["message"] = (f"replays the answer of case {number} on different "
+                                             f"inputs; " + result["message"])
+                    else:
+                        result["message"] += f"; identical to the output of case {number}"
+                    break
+            seen.append((cand_digest, ref_digest, error_class is None, len(report["cases"])))
+            report["cases"].append(dict(case, **result))
+            if kind == "fresh":
+                fresh_refs.append(expected)
+            if kind == "fresh" and len(fresh_refs) == 2 and not degenerate:
+                change = _relative_change(fresh_refs[0], fresh_refs[1])
+                if change < DEGENERATE_CHANGE:
+                    degenerate = True
+                    report["degenerateReference"] = True
+                    report["notes"].append(
+                        f"configuration {c}: the reference's outputs barely change between seeds "
+                        f"(relative change {change:.2g}); also testing on inputs redrawn from N(0,1)")
+                    plan += [(s, "redrawn-normal", True) for s in seeds]
+            if error_class:
+                failure = WorkerError(error_class, f"configuration {c}, seed {seed} ({kind}"
+                                                   f"{', reduced' if sizes else ''}): {result['message']}")
+                break
+        if failure:
+            if c + 1 < task.num_configurations:
+                report["notes"].append(f"configurations {c + 1}.. not tested after the failure")
+            break
+    return report, failure
