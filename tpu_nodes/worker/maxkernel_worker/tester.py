@@ -203,13 +203,16 @@ def guard(files: frozenset = frozenset(), dirs: tuple = ()):
     global _active
     g = _Guard(files, dirs)
     previous = sys.gettrace()
-    _active = g
     sys.settrace(_trace)
     threading.settrace(_trace)
+    _active = g   # after settrace: setting our own hook is not the candidate removing it
+    failure = None
     try:
         yield g
     except RewardHack:
         pass   # recorded in g.violations
+    except BaseException as e:   # re-raised below unless a violation explains it
+        failure = e
     finally:
         _active = None
         sys.settrace(previous)
@@ -219,7 +222,9 @@ def guard(files: frozenset = frozenset(), dirs: tuple = ()):
         g.violations.insert(0, ("rewardHack", "patched " + ", ".join(patched[:5])))
     if g.violations:
         error_class, message = g.violations[0]
-        raise WorkerError(error_class, message)
+        raise WorkerError(error_class, message) from failure
+    if failure is not None:
+        raise failure
 
 
 # ---------------------------------------------------------------------------- comparison
@@ -412,11 +417,18 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
     report = {"cases": [], "degenerateReference": False, "notes": []}
     failure = None
     for c in range(task.num_configurations):
-        static = task.static_argnums(c)
-        fn = jax.jit(cand.workload, static_argnums=static)
+        # Called eagerly, as a harness would: a workload that keeps Python state between
+        # calls (a replayed answer) is caught by its outputs, not hidden inside a jit trace.
+        fn = cand.workload
         sizes = {}
         if not full:
-            sizes, note = reduction_for(cand, task, c, seeds[0], files, dirs)
+            try:
+                sizes, note = reduction_for(cand, task, c, seeds[0], files, dirs)
+            except WorkerError as e:   # a forbidden act while its structure was traced
+                report["notes"].append(f"configuration {c}: {e.error_class} while tracing "
+                                       f"the kernel: {e.message}")
+                failure = WorkerError(e.error_class, f"configuration {c}: {e.message}")
+                break
             report["notes"].append(note)
         degenerate = bool(getattr(task, "degenerate", False))
         plan = [(s, "fresh", False) for s in seeds]

@@ -1,0 +1,6 @@
+# Ends the worker process outright.
+import os
+
+
+def workload(a, b):
+    os._exit(3)
