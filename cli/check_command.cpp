@@ -9,6 +9,7 @@
 #include <capnp/message.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -55,19 +56,20 @@ void merge_phases(schema::EvalResult::Builder into, schema::EvalResult::Reader f
     double seconds;
   };
   std::vector<phase_copy> phases;
-  auto keep = [&](schema::PhaseResult::Reader p) {
-    phases.push_back({p.getPhase(), p.getStatus(), p.getErrorClass(), p.getMessage().cStr(),
-                      p.getSeconds()});
+  auto copy_of = [](schema::PhaseResult::Reader p) {
+    return phase_copy{p.getPhase(), p.getStatus(), p.getErrorClass(), p.getMessage().cStr(),
+                      p.getSeconds()};
   };
-  for (auto p : into.asReader().getPhases()) {
-    bool replaced = false;
-    for (auto q : from.getPhases())
-      replaced |= q.getPhase() == p.getPhase();
-    if (!replaced)
-      keep(p);
+  for (auto p : into.asReader().getPhases())
+    phases.push_back(copy_of(p));
+  for (auto q : from.getPhases()) {
+    auto same = std::find_if(phases.begin(), phases.end(),
+                             [&](const phase_copy& p) { return p.phase == q.getPhase(); });
+    if (same != phases.end())
+      *same = copy_of(q);
+    else
+      phases.push_back(copy_of(q));
   }
-  for (auto q : from.getPhases())
-    keep(q);
   auto list = into.initPhases(phases.size());
   for (size_t i = 0; i < phases.size(); ++i) {
     list[i].setPhase(phases[i].phase);

@@ -14,9 +14,9 @@ namespace {
 template <class Enum>
 std::string enum_name(Enum value) {
   auto schema = capnp::Schema::from<Enum>();
-  KJ_IF_MAYBE (e, schema.findEnumerantByCodeOrder(static_cast<uint16_t>(value))) {
-    return e->getProto().getName().cStr();
-  }
+  for (auto e : schema.getEnumerants())
+    if (e.getOrdinal() == static_cast<uint16_t>(value))
+      return e.getProto().getName().cStr();
   return std::to_string(static_cast<int>(value));
 }
 

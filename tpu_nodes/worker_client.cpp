@@ -195,7 +195,9 @@ worker_result worker_client::ping(std::chrono::milliseconds deadline) {
       zmq::message_t reply;
       if (!zmq_->socket->recv(reply, zmq::recv_flags::dontwait))
         continue;
-      worker_result raw{true, std::string(static_cast<const char*>(reply.data()), reply.size())};
+      worker_result raw;
+      raw.ok = true;
+      raw.bytes.assign(static_cast<const char*>(reply.data()), reply.size());
       std::string err;
       if (!messages::decode<schema::WorkerReply>(raw.bytes, err))
         return {false, {}, schema::ErrorClass::INTERNAL, "bad reply to ping: " + err};
@@ -260,7 +262,10 @@ worker_result worker_client::evaluate(eval_kind kind, schema::EvalRequest::Reade
     phase.setErrorClass(raw.error_class);
     phase.setMessage(raw.message);
     phase.setSeconds(std::chrono::duration<double>(deadline).count());
-    return {true, messages::encode(result_msg)};
+    worker_result out;
+    out.ok = true;
+    out.bytes = messages::encode(result_msg);
+    return out;
   }
   return unwrap(raw, schema::WorkerReply::EVAL);
 }

@@ -2,18 +2,19 @@
 import json
 import os
 
-import capnp
 import jax
 import numpy as np
 import pytest
 
 from maxkernel_worker.errors import WorkerError
 from maxkernel_worker.reduction import reduced_sizes
+from maxkernel_worker.schema import load_schemas
 from maxkernel_worker.task import open_task
 
 SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "messages", "schema")
-capnp.remove_import_hook()
-ks = capnp.load(os.path.join(SCHEMA, "kernel_spec.capnp"), imports=[SCHEMA, "/usr/include"])
+# One way of loading the schemas in the whole test process: two loads of c++.capnp from
+# different paths abort the interpreter.
+ks = load_schemas(SCHEMA)
 
 REFERENCE = """
 def reference(x, w, labels, offsets, scale):
