@@ -1,5 +1,7 @@
 #include "config/contained_path.hpp"
 
+#include "config/shown_value.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,32 +36,33 @@ contained_path_result resolve_contained_file(const fs::path& spec_dir, const std
     out.error = "the path contains a NUL byte";
     return out;
   }
+  std::string shown = shown_value(value);
   fs::path given(value);
   fs::path joined = (given.is_absolute() ? given : spec_dir / given).lexically_normal();
   if (!is_inside(spec_dir, joined)) {
     out.error = fmt::format("'{}' is outside the spec's directory {}; files a spec names must "
                             "sit beside it or below it",
-                            value, spec_dir.string());
+                            shown, spec_dir.string());
     return out;
   }
   std::error_code ec;
   auto status = fs::status(joined, ec);
   if (ec || !fs::exists(status)) {
-    out.error = fmt::format("'{}' does not exist (looked for {})", value, joined.string());
+    out.error = fmt::format("'{}' does not exist (looked for {})", shown, joined.string());
     return out;
   }
   fs::path real = fs::canonical(joined, ec);
   if (ec) {
-    out.error = fmt::format("cannot resolve '{}': {}", value, ec.message());
+    out.error = fmt::format("cannot resolve '{}': {}", shown, ec.message());
     return out;
   }
   if (!is_inside(spec_dir, real)) {
     out.error = fmt::format("'{}' leads through a symlink to {}, outside the spec's directory {}",
-                            value, real.string(), spec_dir.string());
+                            shown, real.string(), spec_dir.string());
     return out;
   }
   if (!fs::is_regular_file(status)) {
-    out.error = fmt::format("'{}' is not a regular file", value);
+    out.error = fmt::format("'{}' is not a regular file", shown);
     return out;
   }
   out.path = real;

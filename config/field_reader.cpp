@@ -1,6 +1,7 @@
 #include "config/field_reader.hpp"
 
 #include "config/nearest_name.hpp"
+#include "config/shown_value.hpp"
 #include "config/spec_failure.hpp"
 
 #include <fmt/format.h>
@@ -18,11 +19,7 @@ bool is_plain(const YAML::Node& node) {
   return tag == "?" || tag.empty();
 }
 
-std::string shorten(const std::string& s) {
-  std::string out = s.size() > 40 ? s.substr(0, 37) + "..." : s;
-  std::replace(out.begin(), out.end(), '\n', ' ');
-  return out;
-}
+std::string shorten(const std::string& s) { return shown_value(s); }
 
 }  // namespace
 
@@ -170,7 +167,9 @@ bool field_reader::boolean(const YAML::Node& node, const std::string& field) con
 }
 
 std::string child_field(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "." + key;
+  // An unknown key may be any scalar, even a multi-line one: keep the path on one short line.
+  std::string shown = shorten(key);
+  return parent.empty() ? shown : parent + "." + shown;
 }
 
 std::string index_field(const std::string& parent, size_t index) {

@@ -2,6 +2,7 @@
 
 #include "config/nearest_name.hpp"
 #include "config/python_source.hpp"
+#include "config/shown_value.hpp"
 
 #include <fmt/format.h>
 
@@ -134,7 +135,7 @@ input_generator parse_generator(const YAML::Node* node, const YAML::Mark& input_
     if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
       std::string hint = nearest_name(kind, kinds);
       r.fail(*node, field,
-             fmt::format("unknown generator '{}'{}; expected one of {}", kind,
+             fmt::format("unknown generator '{}'{}; expected one of {}", shown_value(kind),
                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
                          kind_list()));
     }

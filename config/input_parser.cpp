@@ -3,6 +3,7 @@
 #include "config/dtype_info.hpp"
 #include "config/generator_parser.hpp"
 #include "config/nearest_name.hpp"
+#include "config/shown_value.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,7 +32,8 @@ std::string static_json(const YAML::Node& node, const std::string& field, const 
       break;
     case yaml_scalar::kind::floating:
       if (!std::isfinite(s.float_value))
-        r.fail(node, field, fmt::format("{} has no JSON form; pass it as a string", s.text));
+        r.fail(node, field,
+               fmt::format("{} has no JSON form; pass it as a string", shown_value(s.text)));
       value = s.float_value;
       break;
     case yaml_scalar::kind::string: value = s.text; break;
@@ -63,7 +65,7 @@ void parse_shape(const YAML::Node& node, const std::string& field,
       if (it == dims.end()) {
         std::string hint = nearest_name(s.text, dim_names);
         r.fail(axis, axis_field,
-               fmt::format("unknown dimension '{}'{}; {}", s.text,
+               fmt::format("unknown dimension '{}'{}; {}", shown_value(s.text),
                            hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
                            dims.empty() ? "the spec declares no dims"
                                         : "declared: " + join_names(dim_names)));
@@ -105,7 +107,7 @@ native_input parse_input(const YAML::Node& node, const std::string& field,
     r.fail(name->value, child_field(field, "name"),
            fmt::format("'{}' is not a valid parameter name (letters, digits and _, not starting "
                        "with a digit)",
-                       in.name));
+                       shown_value(in.name)));
 
   if (auto st = m.find("static")) {
     for (const char* other : {"shape", "dtype", "generator", "structural"})
@@ -133,7 +135,7 @@ native_input parse_input(const YAML::Node& node, const std::string& field,
   if (!dtype) {
     std::string hint = nearest_name(in.dtype, dtype_names());
     r.fail(dtype_entry->value, dtype_field,
-           fmt::format("unknown dtype '{}'{}; expected one of {}", in.dtype,
+           fmt::format("unknown dtype '{}'{}; expected one of {}", shown_value(in.dtype),
                        hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
                        join_names(dtype_names())));
   }

@@ -8,6 +8,7 @@
 #include "config/node_budget.hpp"
 #include "config/spec_failure.hpp"
 #include "config/spec_file.hpp"
+#include "config/yaml_document.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -60,36 +61,14 @@ bool load(const std::string& path, const spec_load_options& opts,
     return false;
   }
 
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(*text);
-  } catch (const YAML::Exception& ex) {
-    err = from_yaml_exception(path, ex);
+  auto document = parse_single_document(*text);
+  if (!document.error.empty()) {
+    int line = document.mark.line >= 0 ? document.mark.line + 1 : 1;
+    int column = document.mark.column >= 0 ? document.mark.column + 1 : 1;
+    err = make_error(path, line, column, document_field, document.error);
     return false;
   }
-  if (documents.size() > 1) {
-    // LoadAll gives no marks for the second document: find its `---` by hand.
-    int line = 1;
-    bool seen_content = false;
-    size_t pos = 0;
-    while (pos < text->size()) {
-      size_t end = text->find('\n', pos);
-      std::string_view l(text->data() + pos, (end == std::string::npos ? text->size() : end) - pos);
-      bool marker = l.substr(0, 3) == "---";
-      if (marker && seen_content)
-        break;
-      if (!l.empty() && l[0] != '#' && !marker)
-        seen_content = true;
-      if (end == std::string::npos)
-        break;
-      pos = end + 1;
-      ++line;
-    }
-    err = make_error(path, line, 1, document_field,
-                     "a spec is one YAML document; this file holds several (`---`)");
-    return false;
-  }
-  YAML::Node root = documents.empty() ? YAML::Node() : documents[0];
+  YAML::Node root = document.root;
   if (!root.IsDefined() || root.IsNull()) {
     err = make_error(path, 1, 1, document_field, "the spec is empty");
     return false;

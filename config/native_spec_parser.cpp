@@ -6,6 +6,7 @@
 #include "config/input_parser.hpp"
 #include "config/nearest_name.hpp"
 #include "config/python_source.hpp"
+#include "config/shown_value.hpp"
 #include "config/spec_file.hpp"
 #include "config/tolerance_parser.hpp"
 
@@ -66,7 +67,7 @@ std::vector<named_dim> parse_dims(const YAML::Node& node, const field_reader& r)
       r.fail(e.key_node, field,
              fmt::format("'{}' is not a valid dimension name (letters, digits and _, not "
                          "starting with a digit)",
-                         e.key));
+                         shown_value(e.key)));
     int64_t size = r.integer(e.value, field);
     if (size <= 0)
       r.fail(e.value, field, fmt::format("sizes must be positive, got {}", size));
@@ -87,11 +88,13 @@ std::string read_reference_file(const yaml_entry& e, const spec_parse_context& c
     std::string where = file_err.line > 0 ? fmt::format(" (line {}, column {})", file_err.line,
                                                         file_err.column)
                                           : "";
-    r.fail(e.value, "reference_file", fmt::format("{}{}: {}", value, where, file_err.message));
+    r.fail(e.value, "reference_file",
+           fmt::format("{}{}: {}", shown_value(value), where, file_err.message));
   }
   if (!defines_function(*text, "reference"))
     r.fail(e.value, "reference_file",
-           fmt::format("{} does not define `def reference(...)` at module level", value));
+           fmt::format("{} does not define `def reference(...)` at module level",
+                       shown_value(value)));
   return *text;
 }
 
@@ -153,7 +156,7 @@ native_spec parse_native_spec(const YAML::Node& root, const spec_parse_context& 
     r.fail(name->value, "name",
            fmt::format("'{}' is not a valid task name: use letters, digits, '_', '.' and '-' "
                        "(at most {} characters)",
-                       spec.name.substr(0, 60), max_name_length));
+                       shown_value(spec.name), max_name_length));
 
   if (auto e = m.find("description"))
     spec.description = r.text(e->value, "description");
@@ -209,7 +212,7 @@ native_spec parse_native_spec(const YAML::Node& root, const spec_parse_context& 
     if (!is_known_chip(spec.chip)) {
       std::string hint = nearest_name(spec.chip, chip_names());
       r.fail(e->value, "chip",
-             fmt::format("unknown chip '{}'{}; expected one of {}", spec.chip,
+             fmt::format("unknown chip '{}'{}; expected one of {}", shown_value(spec.chip),
                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
                          join_names(chip_names())));
     }

@@ -53,7 +53,7 @@ TEST(SpecFuzz, MutationsNeverCrash) {
         s.insert(pos(rng), 1, specials[rng() % specials.size()]);
         break;
     }
-    auto path = dir.write("m" + std::to_string(i) + "/spec.yaml", s);
+    auto path = dir.write("spec.yaml", s);  // one file, rewritten: no per-variant fs churn
     load_result r;
     load(path, r);
     if (r.ok) {
@@ -62,7 +62,7 @@ TEST(SpecFuzz, MutationsNeverCrash) {
     } else {
       ++refused;
       EXPECT_FALSE(r.error.message.empty()) << "variant " << i;
-      EXPECT_FALSE(r.error.what().empty());
+      EXPECT_EQ(r.error.what().find('\n'), std::string::npos) << r.error.what();
     }
   }
   EXPECT_GT(refused, 100);  // the mutations do break things

@@ -1,6 +1,7 @@
 // The YAML 1.2 core-schema resolution that decides whether `1e-5` is a number and `"8"` is not.
 #include "config/nearest_name.hpp"
 #include "config/python_source.hpp"
+#include "config/shown_value.hpp"
 #include "config/utf8_check.hpp"
 #include "config/yaml_scalar.hpp"
 
@@ -55,6 +56,16 @@ TEST(NearestName, SuggestsTyposOnly) {
   EXPECT_EQ(nearest_name("Shape", keys), "shape");
   EXPECT_EQ(nearest_name("genrator", keys), "generator");
   EXPECT_EQ(nearest_name("completely_different", keys), "");
+}
+
+TEST(ShownValue, OneShortLine) {
+  EXPECT_EQ(shown_value("bfloat"), "bfloat");
+  EXPECT_EQ(shown_value("a\nb\tc"), "a b c");
+  auto long_value = shown_value(std::string(100, 'x') + "\n" + std::string(100, 'y'));
+  EXPECT_EQ(long_value, std::string(37, 'x') + "...");
+  // Never cut inside a UTF-8 character.
+  auto accented = shown_value(std::string(36, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+  EXPECT_EQ(accented, std::string(36, 'a') + "\xc3\xa9...");
 }
 
 TEST(PythonSource, FindsModuleLevelDefs) {
