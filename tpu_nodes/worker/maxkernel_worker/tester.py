@@ -6,7 +6,8 @@ arbitrary Python in the same process can always dig deeper):
     opening them, importing the task's modules, walking the heap (gc), or removing the trace
     hook is recorded as rewardHack; sockets and subprocesses as sandboxViolation. A frame
     hook (sys.settrace) sees the reference's code whatever path the candidate took to it;
-    jax.clear_caches() before each run makes a jitted reference re-execute its Python.
+    when the reference is jitted, jax.clear_caches() before each run makes it re-execute
+    its Python (a cache hit would run no Python at all).
   - the reference runs after the candidate on each case, so its answer for the current
     inputs does not exist while the candidate runs;
   - several seeds: a constant answer, or one replayed from an earlier case, fails (a replay
@@ -146,6 +147,42 @@ def _code_files(fn, depth: int = 0) -> set[str]:
     return files
 
 
+def _is_jitted(obj) -> bool:
+    return callable(obj) and hasattr(obj, "__wrapped__") and hasattr(obj, "lower")
+
+
+def _jitted_reference(task) -> bool:
+    """Whether the reference, or anything in its module, is jax.jit-wrapped: its compiled
+    cache would answer a candidate's call without running the reference's Python."""
+    for c in range(task.num_configurations):
+        try:
+            fn = task.reference(c)
+        except Exception:
+            continue
+        pending, seen = [fn], set()
+        while pending:
+            f = pending.pop()
+            if id(f) in seen or len(seen) > 64:
+                continue
+            seen.add(id(f))
+            if _is_jitted(f):
+                return True
+            inner = getattr(f, "__wrapped__", None)
+            if inner is not None:
+                pending.append(inner)
+            for cell in getattr(f, "__closure__", None) or ():
+                try:
+                    if callable(cell.cell_contents):
+                        pending.append(cell.cell_contents)
+                except ValueError:
+                    pass
+            code = getattr(f, "__code__", None)
+            if code is not None and not _own_code(code.co_filename):
+                if any(_is_jitted(v) for v in getattr(f, "__globals__", {}).values()):
+                    return True
+    return False
+
+
 def forbidden_for(task, spec: dict | None) -> tuple[frozenset, tuple]:
     """(files, dirs) a candidate must not touch: the reference's code and the task's files."""
     files, dirs = set(), []
@@ -266,6 +303,12 @@ def compare(got: list, expected: list, tolerance) -> dict:
                                f"got {g.shape} {g.dtype}")
             return case, "wrongOutput"
     worst = None   # (excess, output, index, failure class)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf - inf where both are infinite
+        return _compare_values(case, got, expected, tolerance)
+
+
+def _compare_values(case, got, expected, tolerance):
+    worst = None
     for k, (g, e) in enumerate(zip(got, expected)):
         atol, rtol = tolerance(k)
         a = g.astype(np.float32)
@@ -311,6 +354,10 @@ def compare(got: list, expected: list, tolerance) -> dict:
     return case, None
 
 
+def _constant(leaves: list) -> bool:
+    return all(x.size == 0 or bool(np.all(x == x.reshape(-1)[0])) for x in leaves)
+
+
 def _relative_change(a: list, b: list) -> float:
     num, den = 0.0, 0.0
     for x, y in zip(a, b):
@@ -351,9 +398,10 @@ def classify_candidate_exception(exc: BaseException, cand, default: str) -> Work
     return WorkerError(default, prefix + _short(exc))
 
 
-def _run_candidate(cand, fn, args, files, dirs):
+def _run_candidate(cand, fn, args, files, dirs, clear_caches: bool):
     """The candidate's outputs as numpy leaves; raises WorkerError on any failure."""
-    jax.clear_caches()   # a jitted reference must run its Python again, under the trace hook
+    if clear_caches:
+        jax.clear_caches()   # a jitted reference must run its Python again, under the hook
     try:
         with guard(files, dirs):
             try:
@@ -414,6 +462,7 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
     seeds = [int(s) for s in (options.get("seeds") or [])] or list(DEFAULT_SEEDS)
     full = bool(options.get("full", False))
     files, dirs = forbidden_for(task, spec)
+    clear = _jitted_reference(task)
     report = {"cases": [], "degenerateReference": False, "notes": []}
     failure = None
     for c in range(task.num_configurations):
@@ -445,7 +494,7 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
             case = {"configuration": c, "seed": seed, "kind": kind, "reduced": bool(sizes),
                     "inputShapes": _shape_text(args)}
             try:
-                got = _run_candidate(cand, fn, args, files, dirs)
+                got = _run_candidate(cand, fn, args, files, dirs, clear)
             except WorkerError as e:
                 report["cases"].append(dict(case, passed=False, output=-1, maxAbsErr=0.0,
                                             maxRelErr=0.0, worstIndex=[], message=e.message))
@@ -456,7 +505,9 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
             cand_digest, ref_digest = _digest(got), _digest(expected)
             for earlier_digest, earlier_ref, earlier_passed, number in seen:
                 if earlier_digest == cand_digest and earlier_ref != ref_digest and error_class:
-                    if earlier_passed:
+                    # A non-constant answer repeated for other inputs is a replay; a constant
+                    # one (all zeros) is just wrong.
+                    if earlier_passed and not _constant(got):
                         error_class = "rewardHack"
                         result["message"] = (f"replays the answer of case {number} on different "
                                              f"inputs; " + result["message"])
