@@ -81,7 +81,7 @@ def test_bad_input_exits_2_with_a_clear_message(args, needle):
 
 def test_bad_spec_names_file_line_and_field(tmp_path):
     spec = tmp_path / "bad.yaml"
-    text = SPEC.read_text().replace("bfloat16", "bfloat17", 1)
+    text = SPEC.read_text().replace("dtype: bfloat16", "dtype: bfloat17", 1)
     spec.write_text(text)
     run = check(spec, KERNEL)
     assert run.returncode == 2
