@@ -91,7 +91,7 @@ def test_candidate_does_not_see_the_callers_environment(worker):
 def test_hanging_kernel_times_out_and_a_restarted_worker_serves(worker):
     # The worker has no deadline of its own: the C++ client kills it; here the test does.
     with pytest.raises(TimeoutError):
-        worker.evaluate("test", matmul_spec(), candidate("hang.py"), timeout=8)
+        worker.evaluate("test", matmul_spec(), candidate("hang.py"), timeout=5)
     worker.restart()
     assert worker.ping()["pid"] == worker.proc.pid
 
@@ -103,3 +103,30 @@ def test_crashing_kernel_kills_only_that_worker(worker, kernel):
     worker.restart()
     result = worker.evaluate("lower", matmul_spec(), candidate("matmul.py"))
     assert phase(result, "lower")["status"] == "ok"
+
+
+TASKS_DIR = os.path.join(os.path.dirname(__file__), "tasks")
+
+
+def test_load_and_analyze_a_jaxbench_directory(worker):
+    path = os.path.join(TASKS_DIR, "jb_matmul")
+    spec = worker.request(load={"path": path})["spec"]
+    assert spec["format"] == "jaxbench" and spec["sourcePath"] == path
+    graph = worker.request(analyze={"spec": spec, "configuration": 0})["graph"]
+    assert any(n["primitive"] == "dot_general" for n in graph["nodes"])
+    assert graph["flops"] == pytest.approx(2 * 256 * 128 * 256, rel=0.01)
+
+
+def test_importing_the_task_file_is_a_reward_hack(worker):
+    path = os.path.join(TASKS_DIR, "jb_matmul")
+    spec = worker.request(load={"path": path})["spec"]
+    source = f"import sys\nsys.path.insert(0, {path!r})\nfrom baseline import workload\n"
+    result = worker.evaluate("test", spec, candidate("imports_baseline.py", source))
+    load = phase(result, "load")
+    assert load["errorClass"] == "rewardHack" and "jb_matmul" in load["message"], load
+
+
+def test_load_of_a_missing_directory_is_bad_input(worker):
+    reply = worker.request(load={"path": "/nonexistent/task"})
+    assert reply["error"]["errorClass"] == "badInput"
+    assert "/nonexistent/task" in reply["error"]["message"]
