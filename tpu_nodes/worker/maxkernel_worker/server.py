@@ -75,20 +75,18 @@ class Server:
 
     def handle(self, data: bytes) -> bytes:
         """Reply bytes for request bytes; never raises."""
-        request_id = 0
         try:
-            with self.s.WorkerRequest.from_bytes(data, traversal_limit_in_words=1 << 32) as req:
-                request_id = req.id
-                kind = req.which()
-                return self._dispatch(req, kind).to_bytes()
+            reader = self.s.WorkerRequest.from_bytes(data, traversal_limit_in_words=1 << 32)
+            req = reader.__enter__()
+            request_id, kind = req.id, req.which()
+        except Exception as e:   # undecodable bytes: bad input from the client
+            return self._error(0, "badInput", "the request is not a WorkerRequest: "
+                               + _first_line_kj(str(e)))
+        try:
+            return self._dispatch(req, kind).to_bytes()
         except WorkerError as e:
             return self._error(request_id, e.error_class, e.message)
-        except Exception as e:
-            # Undecodable bytes: bad input from the client. Anything else: our bug.
-            if request_id == 0 and ("capnp" in type(e).__module__ or isinstance(e, ValueError)
-                                    or "Kj" in type(e).__name__):
-                return self._error(0, "badInput", "the request is not a WorkerRequest: "
-                                   + _first_line_kj(str(e)))
+        except Exception as e:   # a bug of ours (or of task code we did not foresee)
             return self._error(request_id, "internal",
                                f"{type(e).__name__}: {_first_line_kj(str(e))}\n"
                                + "".join(traceback.format_exc(limit=-6)))
@@ -96,6 +94,8 @@ class Server:
             if isinstance(e, KeyboardInterrupt):
                 raise
             return self._error(request_id, "internal", f"{type(e).__name__}: {e}")
+        finally:
+            reader.__exit__(None, None, None)
 
     def _error(self, request_id: int, error_class: str, message: str) -> bytes:
         reply = self.s.WorkerReply.new_message(id=request_id, error={
@@ -205,7 +205,7 @@ class Server:
 
         def run():
             out["structure"] = extract(cand.workload, task.abstract_args(0), task.static_argnums(0),
-                                       concrete_args=lambda: task.make_args(0, 0))
+                                       concrete_args=lambda: tester.unguarded(task.make_args, 0, 0))
         error = self._candidate_step(cand, files, dirs, "traceError", run)
         if error:
             error.message = f"extracting the kernel's structure: {error.message}"
@@ -224,9 +224,9 @@ class Server:
                             f"{timing.platform()}): measured timing needs the jax-tpu backend"))
             return
         out = {}
+        args = task.make_args(0, 0)   # outside the guard: task code lives in fenced-off files
 
         def run():
-            args = task.make_args(0, 0)
             out["profile"] = timing.time_candidate(
                 cand.workload, args, task.static_argnums(0), int(options.get("timeRuns", 10)),
                 int(options.get("warmupRuns", 3)), chip)
