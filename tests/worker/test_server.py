@@ -130,3 +130,12 @@ def test_load_of_a_missing_directory_is_bad_input(worker):
     reply = worker.request(load={"path": "/nonexistent/task"})
     assert reply["error"]["errorClass"] == "badInput"
     assert "/nonexistent/task" in reply["error"]["message"]
+
+
+def test_sys_exit_in_a_kernel_is_a_failed_phase(worker):
+    pid = worker.proc.pid
+    lowered = phase(worker.evaluate("lower", matmul_spec(), candidate("exits.py")), "lower")
+    assert lowered["errorClass"] == "traceError" and "SystemExit" in lowered["message"]
+    tested = phase(worker.evaluate("test", matmul_spec(), candidate("exits.py")), "test")
+    assert tested["errorClass"] == "runtimeError"
+    assert worker.ping()["pid"] == pid

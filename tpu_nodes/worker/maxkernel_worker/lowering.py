@@ -74,7 +74,9 @@ def lower(workload, abstract_args: list, static_argnums: tuple, chip: str = "") 
     with jax.sharding.use_abstract_mesh(abstract_mesh(chip)):
         try:
             jitted.trace(*abstract_args)
-        except Exception as e:   # the candidate's own Python fails on abstract inputs
+        except (KeyboardInterrupt, WorkerError):
+            raise
+        except BaseException as e:   # the candidate's own Python fails on abstract inputs
             raise WorkerError("traceError", _message(e)) from e
         try:
             exported = jax.export.export(jitted, platforms=["tpu"])(*abstract_args)

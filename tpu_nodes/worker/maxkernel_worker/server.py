@@ -160,10 +160,10 @@ class Server:
             start = time.perf_counter()
             error = None
             for c in range(task.num_configurations):
+                abstract, static = task.abstract_args(c), task.static_argnums(c)   # task errors: badInput
                 error = self._candidate_step(
                     cand, files, dirs, "lowerError",
-                    lambda c=c: lowering.lower(cand.workload, task.abstract_args(c),
-                                               task.static_argnums(c), chip))
+                    lambda: lowering.lower(cand.workload, abstract, static, chip))
                 if error:
                     if task.num_configurations > 1:
                         error.message = f"configuration {c}: {error.message}"
@@ -192,7 +192,9 @@ class Server:
                 if where and not e.message.startswith(where):
                     e.message = f"{where}: {e.message}"
             return e
-        except Exception as e:
+        except BaseException as e:   # SystemExit too: candidate code never ends the worker
+            if isinstance(e, KeyboardInterrupt):
+                raise
             return tester.classify_candidate_exception(e, cand, default_class)
         return None
 

@@ -455,7 +455,9 @@ def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tup
         if e.error_class in ("rewardHack", "sandboxViolation"):
             raise
         return {}, f"configuration {configuration}: tested at full size ({e.error_class}: {e.message})"
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:   # SystemExit too; the test itself will report the candidate
         return {}, f"configuration {configuration}: tested at full size (no reduction: {_short(e)})"
     sizes = {int(k): int(v) for k, v in sizes.items() if int(k) != int(v)}
     if not sizes:
