@@ -139,3 +139,14 @@ def test_sys_exit_in_a_kernel_is_a_failed_phase(worker):
     tested = phase(worker.evaluate("test", matmul_spec(), candidate("exits.py")), "test")
     assert tested["errorClass"] == "runtimeError"
     assert worker.ping()["pid"] == pid
+
+
+@pytest.mark.parametrize("kernel, error_class, text", [
+    ("syntax_error.py", "loadError", ":3: SyntaxError"),
+    ("no_workload.py", "noWorkload", "does not define workload"),
+])
+def test_candidates_that_do_not_load(worker, kernel, error_class, text):
+    result = worker.evaluate("lower", matmul_spec(), candidate(kernel))
+    assert [p["phase"] for p in result["phases"]] == ["load"]
+    load = phase(result, "load")
+    assert load["errorClass"] == error_class and text in load["message"], load
