@@ -142,7 +142,7 @@ def test_sys_exit_in_a_kernel_is_a_failed_phase(worker):
 
 
 @pytest.mark.parametrize("kernel, error_class, text", [
-    ("syntax_error.py", "loadError", ":3: SyntaxError"),
+    ("syntax_error.py", "loadError", ":2: SyntaxError"),
     ("no_workload.py", "noWorkload", "does not define workload"),
 ])
 def test_candidates_that_do_not_load(worker, kernel, error_class, text):
