@@ -77,3 +77,15 @@ def test_static_arguments_are_passed_as_values():
         assert isinstance(scale, int)
         return x * scale
     assert lowering.lower(workload, [jax.ShapeDtypeStruct((8, 128), jnp.float32), 3], (1,))
+
+
+def test_xla_ops_outside_pallas_lower_too():
+    # ragged_dot has no explicit-sharding rule in the pinned JAX: the abstract mesh must not
+    # make lowering of such references and of kernels that use them fail.
+    def workload(x, w, groups):
+        return jax.lax.ragged_dot(x, w, groups)
+
+    args = [jax.ShapeDtypeStruct((256, 128), jnp.bfloat16),
+            jax.ShapeDtypeStruct((4, 128, 256), jnp.bfloat16),
+            jax.ShapeDtypeStruct((4,), jnp.int32)]
+    assert lowering.lower(workload, args, (), "v6e")["mlirBytes"] > 0
