@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -83,6 +84,7 @@ bool worker_process::start(std::string& error) {
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     error = std::string("fork failed: ") + std::strerror(errno);
@@ -93,6 +95,11 @@ bool worker_process::start(std::string& error) {
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    // The worker dies with its parent, however the parent ends (SIGKILL included): no
+    // orphaned JAX processes.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(125);
     if (devnull >= 0)
       ::dup2(devnull, 0);
     ::dup2(log_fd, 1);

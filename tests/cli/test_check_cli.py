@@ -110,3 +110,34 @@ def test_baseline_flag_without_a_baseline_is_bad_input():
 def test_kernel_and_baseline_together_are_refused():
     run = check(SPEC, KERNEL, "--baseline")
     assert run.returncode == 2
+
+
+def _children(pid):
+    kids = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_killing_check_takes_its_worker_along():
+    import signal
+    import time
+    proc = subprocess.Popen([str(BIN), "check", str(SPEC), str(KERNEL)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    workers = []
+    while time.time() < deadline and not workers:
+        workers = _children(proc.pid)
+        time.sleep(0.1)
+    assert workers, "check did not start a worker"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(pathlib.Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.1)
+    assert not any(pathlib.Path(f"/proc/{w}").exists() for w in workers)
