@@ -1,6 +1,7 @@
 #include "cli/check_command.hpp"
 
 #include "cli/check_report.hpp"
+#include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
 #include "messages/capnp_io.hpp"
 #include "messages/content_hash.hpp"
@@ -89,23 +90,6 @@ bool phase_failed(schema::EvalResult::Reader r) {
   return false;
 }
 
-void emit(const std::string& target, const std::string& text, std::ostream& summary_stream) {
-  if (target == "-") {
-    std::cout << text << std::endl;
-    return;
-  }
-  // Written next to the target and renamed, so a reader never sees half a file.
-  auto tmp = target + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text << "\n";
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec)
-    summary_stream << "cannot write " << target << ": " << ec.message() << "\n";
-}
-
 }  // namespace
 
 int run_check(const check_options& opts) {
@@ -124,12 +108,9 @@ int run_check(const check_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  if (!opts.json.empty() && opts.json != "-") {
-    auto parent = fs::absolute(opts.json).parent_path();
-    if (!fs::is_directory(parent)) {
-      std::cerr << "error: --json: directory " << parent.string() << " does not exist\n";
-      return 2;
-    }
+  if (!output_dir_exists(opts.json, error)) {
+    std::cerr << "error: --json " << error << "\n";
+    return 2;
   }
 
   // Native specs are validated before the worker starts: bad input never waits for JAX.
@@ -258,8 +239,11 @@ int run_check(const check_options& opts) {
   ctx.seed = opts.seeds.empty() ? 0 : opts.seeds.front();
   ctx.wall_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
   human << check_summary(spec, result.asReader(), ctx) << std::flush;
-  if (!opts.json.empty())
-    emit(opts.json, check_json(spec, result.asReader(), ctx).dump(2), std::cerr);
+  if (!opts.json.empty()
+      && !write_output(opts.json, check_json(spec, result.asReader(), ctx).dump(2) + "\n", error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
   return result.getCorrect() ? 0 : 1;
 }
 

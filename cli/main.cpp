@@ -1,5 +1,6 @@
 // The maxkernel program: parses the command line and runs one command.
 #include "cli/check_command.hpp"
+#include "cli/spec_command.hpp"
 #include "messages/version.hpp"
 
 #include <CLI/CLI.hpp>
@@ -30,6 +31,18 @@ int main(int argc, char** argv) {
                         "bytes the task's inputs may take")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::spec_options spec;
+  auto* spec_cmd = app.add_subcommand("spec", "show how a task spec is read (dims, inputs, tolerances)");
+  spec_cmd->add_option("SPEC", spec.spec,
+                       "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  spec_cmd->add_option("--chip", spec.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember({"v4", "v5e", "v5p", "v6e", "v7x"}));
+  spec_cmd->add_option("--json", spec.json, "write the KernelSpec as JSON to FILE, or - for stdout");
+  spec_cmd->add_option("--out", spec.out, "write the KernelSpec as binary Cap'n Proto to FILE");
+  spec_cmd->add_option("--memory-limit", spec.memory_limit_bytes, "bytes the task's inputs may take")
+    ->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -44,6 +57,8 @@ int main(int argc, char** argv) {
   try {
     if (*check_cmd)
       return maxkernel::cli::run_check(check);
+    if (*spec_cmd)
+      return maxkernel::cli::run_spec(spec);
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << e.what() << "\n";
     return 3;

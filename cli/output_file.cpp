@@ -1,0 +1,48 @@
+#include "cli/output_file.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+
+bool write_output(const std::string& target, const std::string& text, std::string& error) {
+  if (target == "-") {
+    std::cout << text << std::flush;
+    return true;
+  }
+  auto tmp = target + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      error = "cannot write " + tmp;
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return false;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    error = "cannot write " + target + ": " + ec.message();
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+bool output_dir_exists(const std::string& target, std::string& error) {
+  if (target.empty() || target == "-")
+    return true;
+  auto parent = fs::absolute(target).parent_path();
+  if (fs::is_directory(parent))
+    return true;
+  error = target + ": directory " + parent.string() + " does not exist";
+  return false;
+}
+
+}  // namespace maxkernel::cli

@@ -1,0 +1,15 @@
+// Writing a command's output file whole or not at all.
+#pragma once
+
+#include <string>
+
+namespace maxkernel::cli {
+
+// Writes `text` to `target` through a temporary file and a rename, so a reader never sees
+// half a file; "-" writes to stdout. False with `error` set when the file cannot be written.
+bool write_output(const std::string& target, const std::string& text, std::string& error);
+
+// Checks before any work that `target`'s directory exists ("-" and "" always pass).
+bool output_dir_exists(const std::string& target, std::string& error);
+
+}  // namespace maxkernel::cli
