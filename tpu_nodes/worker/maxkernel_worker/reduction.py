@@ -1,10 +1,32 @@
 """Reduced problem sizes for fast interpret-mode correctness tests.
 
-reduced_sizes(task, configuration, blocks) -> {original dimension size: reduced size}; {} when
-nothing can be reduced safely. blocks are the (array_shape, block_shape) pairs of the
+reduced_sizes(task, configuration, blocks) -> the sizes to test at; {} when nothing can be
+reduced safely. blocks are the (array_shape, block_shape) pairs of the
 candidate's blocked operands (block dims of -1/None are squeezed, i.e. blocks of 1).
 
-The rule, by dimension size S (every dim of size S gets the same reduced size r(S) <= S):
+Native specs (named dims) are reduced BY NAME: the result is {dim name: reduced size} (only
+the dims that change), and make_args builds every input's shape from its dimNames (literal axes
+keep their size; code generators receive the reduced dims). Blocks are mapped to names through
+the kernel input whose full shape equals the blocked operand's array shape (outputs of the same
+shape map the same way); an operand matching no input maps by equal size at the same axis from
+the end, else by equal size. Per name:
+  * blocked (tiled by b < full on some operand, possibly several b): the reduced size keeps
+    full mod lcm(b) and at least two grid steps (>= 2*max(b));
+  * a full-size block on one of an operand's last two axes freezes the name at full size;
+  * unblocked: min(full, 128) if the name is the last axis of some >=2-D input, min(full, 16)
+    if second-to-last, else min(full, 8) (batch, heads, counts; 1-D inputs count as leading);
+  * divisibility found at full size is kept between dims sharing a kind of position (last,
+    second-to-last, leading; integer inputs' axes count as leading): when full(a) divides
+    full(b) (a < b), the reduced
+    b is a multiple of the reduced a and at least min(b/a, 2) times it (HQ/HKV keeps a group of
+    two or more heads; NUM_PAGES stays a multiple of NUM_SEQS and PAGES_PER_SEQ); a static int
+    argument (> 1) dividing a dim keeps dividing it (GroupNorm groups). Sizes only grow to fix.
+  * validation: the inputs are drawn at the reduced dims (float inputs over 4M elements as
+    zero placeholders) and the reference must trace under jax.eval_shape (or, if it reads
+    values, run); otherwise the caps are multiplied by 4, then 16, then full size ({}).
+
+JAXBench / MaxKernel tasks are reduced BY SIZE VALUE: {original dimension size: reduced size},
+every dim of size S gets the same r(S) <= S:
   * blocked (some operand tiles S with block b < S, possibly several b): r(S) = S - k*L with L
     the lcm of those b and k as large as possible while r(S) >= 2*max(b). So r(S) keeps
     S mod b (the ragged last block stays ragged) and every blocked axis keeps >= 2 grid steps;
@@ -12,8 +34,7 @@ The rule, by dimension size S (every dim of size S gets the same reduced size r(
     it would break the (8,128) rule for the block, which equals the array dim there);
   * otherwise (not blocked, e.g. leading full-block dims or dims the kernel never tiles):
     S < 1024 is left alone; larger S becomes 512 + S mod 512.
-The map is then realized per format:
-  (b) native specs: the named dimensions shrink (generators see the reduced dims);
+That map is then realized per format:
   (a) JAXBench / MaxKernel with integer entries in a `CONFIG = {...}` literal: CONFIG entries
       are shrunk one by one (largest first) to values that move the dims they drive to their
       targets; each trial re-runs create_inputs / get_inputs under eval_shape and is kept only
@@ -31,6 +52,7 @@ from __future__ import annotations
 import math
 
 import jax
+import numpy as np
 
 from .errors import WorkerError
 
@@ -182,14 +204,12 @@ def _value_plan(task, configuration: int, sizes: dict) -> bool:
     return m is not None and all(sizes.get(s, s) == n for s, n in m.items())
 
 
-def reduced_sizes(task, configuration: int, blocks: list) -> dict[int, int]:
+def reduced_sizes(task, configuration: int, blocks: list) -> dict:
+    if task.format == "native":
+        return _native_sizes(task, configuration, blocks)
     rule = _targets(task, configuration, blocks)
     if not rule:
         return {}
-    if task.format == "native":
-        # named dims only; code generators get the reduced dims, so structure stays consistent
-        named = set(task.dims.values())
-        return {s: r for s, r in rule.items() if s in named}
     plan = _config_plan(task, configuration, rule)
     if plan is not None:
         achieved, overrides = plan
@@ -215,3 +235,178 @@ def plan_for(task, configuration: int, sizes: dict):
                                       f"{configuration}")
     task.plans[(configuration, frozenset(sizes.items()))] = result
     return result
+
+
+# ----------------------------------------------------------------------------- native specs
+
+_CAP_LAST, _CAP_SECOND, _CAP_LEADING = 128, 16, 8
+_NATIVE_LEVELS = (1, 4, 16)      # target multipliers tried before giving up (full size)
+_DRAW_LIMIT = 1 << 22            # float inputs above this many elements are not drawn to validate
+
+
+def _name_positions(task, configuration):
+    """name -> {"last" | "second" | "leading"}, and per input (full shape, names per axis)."""
+    positions: dict = {}
+    inputs = []
+    for inp in task._inputs(configuration):
+        if inp.get("isStatic"):
+            continue
+        shape = tuple(int(s) for s in inp.get("type", {}).get("shape", []))
+        names = list(inp.get("dimNames", []))[:len(shape)]
+        names += [""] * (len(shape) - len(names))
+        full = tuple(task.dims.get(n, s) if n else s for n, s in zip(names, shape))
+        inputs.append((full, names))
+        for axis, name in enumerate(names):
+            if not name:
+                continue
+            # 1-D arrays (lengths, group sizes) and integer tables count as leading: their
+            # axes are counts, not features
+            dtype = inp.get("type", {}).get("dtype") or "float32"
+            table = len(shape) < 2 or not jax.numpy.issubdtype(jax.numpy.dtype(dtype), jax.numpy.floating)
+            where = ("leading" if table else "last" if axis == len(shape) - 1 else
+                     "second" if axis == len(shape) - 2 else "leading")
+            positions.setdefault(name, set()).add(where)
+    return positions, inputs
+
+
+def _native_constraints(task, positions, inputs, blocks):
+    """(name -> set of block sizes tiling it, names frozen at full size)."""
+    blocked: dict = {}
+    frozen: set = set()
+    for array_shape, block_shape in blocks:
+        array_shape = tuple(int(s) for s in array_shape)
+        n = len(array_shape)
+        matches = [names for full, names in inputs if full == array_shape]
+        for axis, (s, b) in enumerate(zip(array_shape, block_shape)):
+            b = 1 if b is None or int(b) < 0 else int(b)
+            if matches:
+                names = {m[axis] for m in matches if m[axis]}
+            else:
+                # an output or intermediate: the names of that size at the same position from
+                # the end, else every name of that size (conservative)
+                from_end = n - axis
+                same = {nm for full, nms in inputs for k, nm in enumerate(nms)
+                        if nm and full[k] == s and len(full) - k == from_end}
+                names = same or {nm for nm, size in task.dims.items() if size == s}
+            for name in names:
+                if b >= s:
+                    if axis >= n - 2:
+                        frozen.add(name)
+                else:
+                    blocked.setdefault(name, set()).add(b)
+    return blocked, frozen
+
+
+def _allowed(v, full, bs, frozen):
+    """Whether reduced size v is legal for a dim of full size `full` under its blocks."""
+    if v == full:
+        return True
+    if frozen or v > full or v < 1:
+        return False
+    if bs:
+        return (full - v) % math.lcm(*bs) == 0 and v >= 2 * max(bs)
+    return True
+
+
+def _raise_to(v, full, bs, frozen, multiple_of=1):
+    """The smallest legal size >= v that is a multiple of multiple_of (full size if none)."""
+    if frozen or v >= full:
+        return full
+    step = math.lcm(*bs) if bs else 1
+    if bs:   # first legal value >= v on the lattice full - k*step
+        v = max(v, 2 * max(bs))
+        v = full - ((full - v) // step) * step
+    while v < full:
+        if v % multiple_of == 0:
+            return v
+        v += step
+    return full
+
+
+def _native_plan(task, configuration, blocked, frozen, positions, level):
+    dims = task.dims
+    plan = {}
+    for name, full in dims.items():
+        where = positions.get(name, {"leading"})
+        cap = (_CAP_LAST if "last" in where else _CAP_SECOND if "second" in where else _CAP_LEADING)
+        plan[name] = _raise_to(min(full, cap * level), full, blocked.get(name), name in frozen)
+    # divisibility found among the full sizes (and static integer arguments) is kept, and a
+    # dim that was at least twice a divisor stays so (HQ/HKV keeps a group of >= 2 heads)
+    statics = {a for a in task.abstract_args(configuration)
+               if type(a) is int and a > 1}
+    # only between dims in the same kind of position (heads and heads, not head_dim and seq):
+    # powers of two divide each other everywhere, and most of those relations mean nothing
+    pairs = [(a, b) for a in dims for b in dims
+             if dims[a] < dims[b] and dims[b] % dims[a] == 0
+             and positions.get(a, {"leading"}) & positions.get(b, {"leading"})]
+    fixed = [(s, b) for s in statics for b in dims if s < dims[b] and dims[b] % s == 0]
+    for _ in range(4 * len(dims) + 4):
+        changed = False
+        for b_name, need in ([(b, (plan[a], min(dims[b] // dims[a], 2) * plan[a])) for a, b in pairs] +
+                             [(b, (s, s)) for s, b in fixed]):
+            div, floor = need
+            v = plan[b_name]
+            if v % div == 0 and v >= floor:
+                continue
+            new = _raise_to(max(v, floor), dims[b_name], blocked.get(b_name), b_name in frozen, div)
+            if new != v:
+                plan[b_name], changed = new, True
+        if not changed:
+            break
+    return {n: v for n, v in plan.items() if v != dims[n]}
+
+
+def _native_valid(task, configuration, plan) -> bool:
+    """Inputs can be drawn at the reduced dims and the reference traces on them."""
+    import functools
+    dims = {n: plan.get(n, s) for n, s in task.dims.items()}
+    try:
+        args = task.placeholder_args(configuration, 0, plan, draw_below=_DRAW_LIMIT)
+    except Exception:
+        return False
+    static = set(task.static_argnums(configuration))
+    ref = task.reference(configuration)
+
+    def bound(*dynamic):
+        it = iter(dynamic)
+        return ref(*[args[i] if i in static else next(it) for i in range(len(args))])
+
+    dynamic = [a for i, a in enumerate(args) if i not in static]
+    try:
+        jax.eval_shape(functools.partial(bound), *dynamic)
+        return True
+    except Exception:
+        pass
+    # a reference that reads its inputs' values cannot be traced abstractly: run it for real
+    # when that is cheap
+    if any(int(np.prod(task._shape(inp, dims))) > _DRAW_LIMIT
+           for inp in task._inputs(configuration) if not inp.get("isStatic")):
+        return False
+    try:
+        jax.block_until_ready(ref(*task.make_args(configuration, 0, plan)))
+        return True
+    except Exception:
+        return False
+
+
+def _native_sizes(task, configuration: int, blocks) -> dict[str, int]:
+    positions, inputs = _name_positions(task, configuration)
+    blocked, frozen = _native_constraints(task, positions, inputs, blocks)
+    key = (configuration, tuple(sorted((n, tuple(sorted(b))) for n, b in blocked.items())),
+           tuple(sorted(frozen)))
+    if key in task.plans:
+        return dict(task.plans[key])
+    result: dict = {}
+    tried = []
+    for level in _NATIVE_LEVELS:
+        plan = _native_plan(task, configuration, blocked, frozen, positions, level)
+        if not plan:
+            break
+        if plan in tried:
+            continue
+        tried.append(plan)
+        if _native_valid(task, configuration, plan):
+            result = plan
+            break
+    task.plans[key] = result
+    return dict(result)

@@ -207,7 +207,7 @@ class Server:
 
         def run():
             out["structure"] = extract(cand.workload, task.abstract_args(0), task.static_argnums(0),
-                                       concrete_args=lambda: tester.unguarded(task.make_args, 0, 0))
+                                       concrete_args=lambda: tester.unguarded(task.prefetch_args, 0, 0))
         error = self._candidate_step(cand, files, dirs, "traceError", run)
         if error:
             error.message = f"extracting the kernel's structure: {error.message}"

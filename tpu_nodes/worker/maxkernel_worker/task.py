@@ -6,18 +6,26 @@ and MaxKernel directories are re-read from spec.sourcePath by task_dir.py, whose
 produces the values (see its docstring for how seeds are made to matter there).
 
 Native specs: each input's values come from its Generator (generators.py) seeded from
-(seed, input index); `sizes` (original dimension size -> reduced size, from reduction.py)
-applies to the named dimensions, and code generators receive the reduced dims, so
-structural inputs drawn from the dims stay consistent. Literal (unnamed) axes keep their size.
+(seed, input index); `sizes` from reduction.py is {dim name: reduced size} (an int key, an
+original size, is still accepted and applies to every named dim of that size); every input's
+shape is rebuilt from its dimNames, code generators receive the reduced dims, so structural
+inputs drawn from the dims stay consistent. Literal (unnamed) axes keep their size.
+
+prefetch_args(configuration, seed): the full-size args extract needs to compute scalar-prefetch
+values. Those only depend on integer (structural) inputs, so a native task draws integer and
+bool inputs for real and gives float inputs as zero-stride broadcast views (no memory); other
+formats produce their inputs in task code and return make_args.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import generators
 from .errors import WorkerError
@@ -49,6 +57,10 @@ class Task:
     def make_args(self, configuration: int, seed: int, sizes: dict | None = None,
                   redraw_normal: bool = False) -> list:
         raise NotImplementedError
+
+    def prefetch_args(self, configuration: int, seed: int) -> list:
+        """Full-size args for computing scalar-prefetch values (integer inputs are real)."""
+        return self.make_args(configuration, seed)
 
     def static_argnums(self, configuration: int) -> tuple[int, ...]:
         return tuple(i for i, a in enumerate(self.abstract_args(configuration))
@@ -83,6 +95,7 @@ class NativeTask(Task):
         super().__init__(spec)
         self.dims = {d["name"]: int(d["size"]) for d in spec.get("dims", [])}
         self._reference_fn = None
+        self.plans: dict = {}   # reduction.py's validated plans, by configuration and blocks
 
     def reference(self, configuration: int) -> Callable:
         self._check_configuration(configuration)
@@ -132,9 +145,24 @@ class NativeTask(Task):
                 out.append(jax.ShapeDtypeStruct(self._shape(inp, self.dims), jnp.dtype(t.get("dtype") or "float32")))
         return out
 
+    def reduced_dims(self, sizes: dict | None) -> dict:
+        """name -> size with `sizes` applied (keys: dim names, or original sizes)."""
+        sizes = sizes or {}
+        return {n: int(sizes.get(n, sizes.get(s, s))) for n, s in self.dims.items()}
+
     def make_args(self, configuration: int, seed: int, sizes: dict | None = None,
                   redraw_normal: bool = False) -> list:
-        dims = {n: int((sizes or {}).get(s, s)) for n, s in self.dims.items()}
+        return self._args(configuration, seed, self.reduced_dims(sizes), redraw_normal, None)
+
+    def prefetch_args(self, configuration: int, seed: int) -> list:
+        return self._args(configuration, seed, dict(self.dims), False, 0)
+
+    def placeholder_args(self, configuration: int, seed: int, sizes: dict | None,
+                         draw_below: int) -> list:
+        """make_args, but float inputs with more than draw_below elements are zero views."""
+        return self._args(configuration, seed, self.reduced_dims(sizes), False, draw_below)
+
+    def _args(self, configuration, seed, dims, redraw_normal, draw_below) -> list:
         args = []
         for index, inp in enumerate(self._inputs(configuration)):
             if inp.get("isStatic"):
@@ -142,6 +170,11 @@ class NativeTask(Task):
                 continue
             dtype = inp.get("type", {}).get("dtype") or "float32"
             shape = self._shape(inp, dims)
+            if (draw_below is not None and generators.is_float_dtype(dtype)
+                    and math.prod(shape) > draw_below):
+                # read by no prefetch computation: a broadcast view allocates nothing
+                args.append(np.broadcast_to(np.zeros((), jnp.dtype(dtype)), shape))
+                continue
             gen = inp.get("generator") or {"normal": {}}
             where = f"{self.name}: input {inp.get('name', index)}"
             if redraw_normal and not inp.get("structural") and generators.is_float_dtype(dtype):

@@ -448,7 +448,7 @@ def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tup
     try:
         with guard(files, dirs):
             structure = extract(cand.workload, task.abstract_args(configuration), static,
-                                concrete_args=lambda: unguarded(task.make_args, configuration, seed))
+                                concrete_args=lambda: unguarded(task.prefetch_args, configuration, seed))
         blocks = blocks_of(structure)
         sizes = reduced_sizes(task, configuration, blocks)
     except WorkerError as e:
@@ -459,10 +459,13 @@ def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tup
         raise
     except BaseException as e:   # SystemExit too; the test itself will report the candidate
         return {}, f"configuration {configuration}: tested at full size (no reduction: {_short(e)})"
-    sizes = {int(k): int(v) for k, v in sizes.items() if int(k) != int(v)}
+    # keys: original sizes, or dim names for native specs
+    full = getattr(task, "dims", {})
+    sizes = {k: int(v) for k, v in sizes.items() if int(full.get(k, k)) != int(v)}
     if not sizes:
         return {}, f"configuration {configuration}: tested at full size (nothing to reduce)"
-    text = ", ".join(f"{k}->{v}" for k, v in sorted(sizes.items()))
+    text = ", ".join(f"{k} {full[k]}->{v}" if k in full else f"{k}->{v}"
+                     for k, v in sorted(sizes.items(), key=lambda kv: str(kv[0])))
     return sizes, f"configuration {configuration}: tested at reduced sizes {text}"
 
 
