@@ -86,7 +86,7 @@ def test_native_reduction_shrinks_named_dims_and_keeps_structure():
     task = open_task(native_spec())
     blocks = [((2048, 256), (128, 256)), ((2048, 256), (128, 256))]
     sizes = reduced_sizes(task, 0, blocks)
-    assert sizes == {2048: 256}          # 2 steps of 128; N=256 is a full last-dim block
+    assert sizes == {"M": 256}           # 2 steps of 128; N=256 is a full last-dim block
     args = task.make_args(0, seed=1, sizes=sizes)
     assert args[0].shape == (256, 256) and args[2].shape == (256,)
     assert int(args[3][-1]) == 256       # the code generator saw the reduced M

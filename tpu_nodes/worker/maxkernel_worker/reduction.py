@@ -18,8 +18,8 @@ the end, else by equal size. Per name:
   * divisibility found at full size is kept between dims sharing a kind of position (last,
     second-to-last, leading; integer inputs' axes count as leading): when full(a) divides
     full(b) (a < b), the reduced
-    b is a multiple of the reduced a and at least min(b/a, 2) times it (HQ/HKV keeps a group of
-    two or more heads; NUM_PAGES stays a multiple of NUM_SEQS and PAGES_PER_SEQ); a static int
+    b is a multiple of the reduced a, and for two leading dims at least min(b/a, 2) times it
+    (HQ/HKV keeps a group of two or more heads; NUM_PAGES stays a multiple of NUM_SEQS and PAGES_PER_SEQ); a static int
     argument (> 1) dividing a dim keeps dividing it (GroupNorm groups). Sizes only grow to fix.
   * validation: the inputs are drawn at the reduced dims (float inputs over 4M elements as
     zero placeholders) and the reference must trace under jax.eval_shape (or, if it reads
@@ -339,10 +339,12 @@ def _native_plan(task, configuration, blocked, frozen, positions, level):
     pairs = [(a, b) for a in dims for b in dims
              if dims[a] < dims[b] and dims[b] % dims[a] == 0
              and positions.get(a, {"leading"}) & positions.get(b, {"leading"})]
+    counts = {n for n in dims if "leading" in positions.get(n, {"leading"})}
     fixed = [(s, b) for s in statics for b in dims if s < dims[b] and dims[b] % s == 0]
     for _ in range(4 * len(dims) + 4):
         changed = False
-        for b_name, need in ([(b, (plan[a], min(dims[b] // dims[a], 2) * plan[a])) for a, b in pairs] +
+        for b_name, need in ([(b, (plan[a], (min(dims[b] // dims[a], 2) if a in counts and b in counts
+                                            else 1) * plan[a])) for a, b in pairs] +
                              [(b, (s, s)) for s, b in fixed]):
             div, floor = need
             v = plan[b_name]
