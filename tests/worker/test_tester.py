@@ -153,4 +153,4 @@ def test_reduced_sizes_from_the_candidates_blocks(tmp_path):
     assert failure is None, failure
     (case,) = report["cases"]
     assert case["reduced"] and case["inputShapes"] == "(256,256) bfloat16, (256,256) bfloat16"
-    assert any("reduced sizes 512->256" in n for n in report["notes"])
+    assert any("reduced sizes M 512->256" in n for n in report["notes"])
