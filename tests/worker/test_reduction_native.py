@@ -115,3 +115,38 @@ def test_prefetch_args_draw_integers_and_leave_floats_unallocated():
     structure = extract(_prefetch_kernel, task.abstract_args(0), task.static_argnums(0),
                         concrete_args=lambda: task.prefetch_args(0, 3))
     assert structure["pallasCalls"], "the kernel's call was found"
+
+
+def test_count_dims_shrink_further_when_blocked_dims_keep_the_reference_large():
+    # Attention scores at S=4096 stay large when the kernel tiles S by 2048 (two steps needed):
+    # batch and heads then go as low as the HQ/HKV relation allows.
+    reference = """
+import jax, jax.numpy as jnp
+def reference(q, k):
+    rep = q.shape[1] // k.shape[1]
+    k = jnp.repeat(k, rep, axis=1)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
+    return jax.nn.softmax(s, axis=-1).sum(-1)
+"""
+    dims = {"B": 4, "HQ": 32, "HKV": 8, "S": 4096, "D": 128}
+    spec = {
+        "schemaVersion": 1, "name": "scores", "format": "native", "sourcePath": "/x/scores.yaml",
+        "dims": [{"name": n, "size": v} for n, v in dims.items()],
+        "configurations": [{"name": "default", "inputs": [
+            {"name": "q", "type": {"shape": [4, 32, 4096, 128], "dtype": "bfloat16"},
+             "generator": {"normal": {"mean": 0.0, "std": 1.0}}, "dimNames": ["B", "HQ", "S", "D"]},
+            {"name": "k", "type": {"shape": [4, 8, 4096, 128], "dtype": "bfloat16"},
+             "generator": {"normal": {"mean": 0.0, "std": 1.0}}, "dimNames": ["B", "HKV", "S", "D"]},
+        ], "outputs": []}],
+        "reference": reference, "referenceEntry": "reference",
+        "tolerances": [{"output": -1, "atol": 1e-2, "rtol": 1e-2}],
+    }
+    task = open_task(spec)
+    blocks = [((4, 32, 4096, 128), (None, None, 2048, 128)), ((4, 8, 4096, 128), (None, None, 2048, 128))]
+    sizes = reduced_sizes(task, 0, blocks)
+    assert "S" not in sizes                       # two steps of 2048 keep it at 4096
+    # B and the heads are squeezed blocks (size 1): two grid steps each at the least
+    assert sizes["B"] == 2
+    assert sizes["HQ"] % sizes["HKV"] == 0 and sizes["HQ"] >= 2 * sizes["HKV"]
+    # without the second plan, B stays 4 (under its cap of 8) and HQ 16: 4 GiB of scores
+    assert sizes["B"] * sizes["HQ"] < 4 * 16

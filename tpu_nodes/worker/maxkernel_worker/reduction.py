@@ -24,6 +24,10 @@ the end, else by equal size. Per name:
   * validation: the inputs are drawn at the reduced dims (float inputs over 4M elements as
     zero placeholders) and the reference must trace under jax.eval_shape (or, if it reads
     values, run); otherwise the caps are multiplied by 4, then 16, then full size ({}).
+  * cost: when the largest value the reference computes at the plan is over 256 MiB (blocked
+    dims kept large, e.g. attention scores at S 4096 tiled by 2048), the leading (count) dims
+    are planned again with a cap of 1 (relations above still hold) and that plan is taken if
+    the reference runs on it and computes less.
 
 JAXBench / MaxKernel tasks are reduced BY SIZE VALUE: {original dimension size: reduced size},
 every dim of size S gets the same r(S) <= S:
@@ -242,6 +246,7 @@ def plan_for(task, configuration: int, sizes: dict):
 _CAP_LAST, _CAP_SECOND, _CAP_LEADING = 128, 16, 8
 _NATIVE_LEVELS = (1, 4, 16)      # target multipliers tried before giving up (full size)
 _DRAW_LIMIT = 1 << 22            # float inputs above this many elements are not drawn to validate
+_VALUE_BUDGET = 256 << 20        # above this largest reference value, count dims shrink to 1
 
 
 def _name_positions(task, configuration):
@@ -323,12 +328,12 @@ def _raise_to(v, full, bs, frozen, multiple_of=1):
     return full
 
 
-def _native_plan(task, configuration, blocked, frozen, positions, level):
+def _native_plan(task, configuration, blocked, frozen, positions, level, leading_cap=_CAP_LEADING):
     dims = task.dims
     plan = {}
     for name, full in dims.items():
         where = positions.get(name, {"leading"})
-        cap = (_CAP_LAST if "last" in where else _CAP_SECOND if "second" in where else _CAP_LEADING)
+        cap = (_CAP_LAST if "last" in where else _CAP_SECOND if "second" in where else leading_cap)
         plan[name] = _raise_to(min(full, cap * level), full, blocked.get(name), name in frozen)
     # divisibility found among the full sizes (and static integer arguments) is kept, and a
     # dim that was at least twice a divisor stays so (HQ/HKV keeps a group of >= 2 heads)
@@ -358,8 +363,25 @@ def _native_plan(task, configuration, blocked, frozen, positions, level):
     return {n: v for n, v in plan.items() if v != dims[n]}
 
 
-def _native_valid(task, configuration, plan) -> bool:
-    """Inputs can be drawn at the reduced dims and the reference traces on them."""
+def _largest_value_bytes(jaxpr) -> int:
+    """Bytes of the largest value a jaxpr (and the jaxprs inside it) computes."""
+    largest = 0
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            aval = getattr(v, "aval", None)
+            if hasattr(aval, "shape") and hasattr(aval, "dtype"):
+                largest = max(largest, int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize)
+        for param in eqn.params.values():
+            for sub in (param if isinstance(param, (list, tuple)) else [param]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    largest = max(largest, _largest_value_bytes(inner))
+    return largest
+
+
+def _native_cost(task, configuration, plan):
+    """The largest value the reference computes at the reduced dims (bytes), or None when
+    the inputs cannot be drawn or the reference fails on them."""
     import functools
     dims = {n: plan.get(n, s) for n, s in task.dims.items()}
     try:
@@ -375,20 +397,19 @@ def _native_valid(task, configuration, plan) -> bool:
 
     dynamic = [a for i, a in enumerate(args) if i not in static]
     try:
-        jax.eval_shape(functools.partial(bound), *dynamic)
-        return True
+        return _largest_value_bytes(jax.make_jaxpr(functools.partial(bound))(*dynamic).jaxpr)
     except Exception:
         pass
     # a reference that reads its inputs' values cannot be traced abstractly: run it for real
     # when that is cheap
     if any(int(np.prod(task._shape(inp, dims))) > _DRAW_LIMIT
            for inp in task._inputs(configuration) if not inp.get("isStatic")):
-        return False
+        return None
     try:
-        jax.block_until_ready(ref(*task.make_args(configuration, 0, plan)))
-        return True
+        out = jax.block_until_ready(ref(*task.make_args(configuration, 0, plan)))
+        return max((int(np.asarray(o).nbytes) for o in jax.tree.leaves(out)), default=0)
     except Exception:
-        return False
+        return None
 
 
 def _native_sizes(task, configuration: int, blocks) -> dict[str, int]:
@@ -407,8 +428,19 @@ def _native_sizes(task, configuration: int, blocks) -> dict[str, int]:
         if plan in tried:
             continue
         tried.append(plan)
-        if _native_valid(task, configuration, plan):
-            result = plan
-            break
+        cost = _native_cost(task, configuration, plan)
+        if cost is None:
+            continue
+        result = plan
+        # Blocked dims can keep a reference large (attention scores at S 4096 when the kernel
+        # tiles S by 2048): then the count dims (batch, heads, sequences) go as low as the
+        # relations between dims allow, if the reference still runs on that.
+        if cost > _VALUE_BUDGET:
+            lean = _native_plan(task, configuration, blocked, frozen, positions, level,
+                                leading_cap=1)
+            lean_cost = _native_cost(task, configuration, lean) if lean != plan else None
+            if lean_cost is not None and lean_cost < cost:
+                result = lean
+        break
     task.plans[key] = result
     return dict(result)
