@@ -409,9 +409,6 @@ class _MaxKernel(_Program):
                                           f"got {_kind(raw)}")
         return [list(d) + list(s) for d, s in pairs]
 
-    def static_counts(self, raw_configs=None) -> list[int]:
-        return []
-
     def knobs(self):
         return dict(self.gen.knobs)
 
@@ -558,9 +555,6 @@ class DirTask(Task):
 def _mean_std(a) -> tuple[float, float]:
     x = jnp.asarray(a, jnp.float32)
     return float(jnp.mean(x)), float(jnp.std(x))
-
-
-_dir_tasks: dict = {}
 
 
 def open_task_dir(spec: dict) -> DirTask:
