@@ -12,9 +12,8 @@ jax.devices() for the TPU generation (a CPU here: it raises). Its v6e table has 
 this geometry (64 query / 8 kv heads per block), where it would fall back to (128, 32).
 vmem_limit_bytes is left at the library default (the blocks need about 16 MiB of VMEM).
 
-Adaptations: sm_scale = 1/sqrt(head_dim) is passed to the kernel; the spec's static
-max_chunk_len only bounds the reference's window and is not needed by the kernel. At
-reduced test sizes the blocks are clamped to the page table width and the token count.
+Adaptations: sm_scale = 1/sqrt(head_dim) is passed to the kernel. At reduced test sizes the
+blocks are clamped to the page table width and the token count.
 """
 
 import math
@@ -24,10 +23,9 @@ from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as rpa
 KV_PAGES_PER_BLOCK, QUERIES_PER_BLOCK = 64, 64
 
 
-def workload(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, max_chunk_len):
+def workload(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     # q [tokens, q_heads, head_dim]; kv_pages [pages, page_size, 2*kv_heads, head_dim] (K even,
     # V odd); kv_lens, cu_q_lens, page_indices, num_seqs: i32 tables as in the library
-    del max_chunk_len
     return rpa.ragged_paged_attention(
         q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
         sm_scale=1.0 / math.sqrt(q.shape[-1]),
