@@ -141,3 +141,20 @@ def test_killing_check_takes_its_worker_along():
     while time.time() < deadline and any(pathlib.Path(f"/proc/{w}").exists() for w in workers):
         time.sleep(0.1)
     assert not any(pathlib.Path(f"/proc/{w}").exists() for w in workers)
+
+
+def test_maxkernel_task_with_two_configurations():
+    task = ROOT / "tests" / "worker" / "tasks" / "mk_multi"
+    run = check(task, HERE / "kernels" / "rms_norm_and_sum.py", "--json", "-")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["spec_format"] == "maxkernel"
+    assert {c["configuration"] for c in result["test"]["cases"]} == {0, 1}
+
+
+def test_a_kernel_must_pass_every_configuration():
+    task = ROOT / "tests" / "worker" / "tasks" / "mk_multi"
+    run = check(task, HERE / "kernels" / "rms_norm_first_config_only.py", "--json", "-")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    assert result["correct"] is False
