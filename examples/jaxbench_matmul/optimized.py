@@ -1,45 +1,15 @@
 """Hand-tuned kernel for this task (JAXBench convention: optimized.py beside baseline.py).
 
-The grid is (M/bm, N/bn, K/bk); the reduction axis k goes last and is "arbitrary", so the
-output block stays resident in VMEM while k advances and is written once at the last step.
+JAX's own Pallas TPU matmul (jax.experimental.pallas.ops.tpu.matmul) with 512x512 output
+tiles and a k block of 256: a grid of 2x2x4 at 1024^3, k innermost, f32 accumulation in VMEM.
 """
-import functools
+from jax.experimental.pallas.ops.tpu import matmul as pallas_matmul
 
-import jax
-import jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-
-BM, BN, BK = 512, 512, 256
+BLOCK_M, BLOCK_N, BLOCK_K = 512, 512, 256
 
 
-def _matmul_kernel(x_ref, y_ref, o_ref, acc_ref):
-    @pl.when(pl.program_id(2) == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-
-    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
-    def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
-
-
-@functools.partial(jax.jit, static_argnames=("bm", "bn", "bk"))
-def workload(x, y, bm=BM, bn=BN, bk=BK):
+def workload(x, y):
     m, k = x.shape
-    _, n = y.shape
-    bm, bn, bk = min(bm, m), min(bn, n), min(bk, k)
-    return pl.pallas_call(
-        _matmul_kernel,
-        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
-        grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk)),
-        in_specs=[
-            pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-            pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
-        ],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")),
-    )(x, y)
+    n = y.shape[1]
+    return pallas_matmul.matmul(x, y, block_shape=(min(BLOCK_M, m), min(BLOCK_N, n)),
+                                block_k=min(BLOCK_K, k))
