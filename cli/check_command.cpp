@@ -3,6 +3,7 @@
 #include "cli/check_report.hpp"
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
+#include "config/utf8_check.hpp"
 #include "messages/capnp_io.hpp"
 #include "messages/content_hash.hpp"
 #include "tpu_nodes/worker_client.hpp"
@@ -44,6 +45,12 @@ bool read_kernel(const std::string& path, std::string& source, std::string& erro
     return false;
   }
   source = ss.str();
+  // Python source must be UTF-8; the worker could not even decode the candidate otherwise.
+  if (auto problem = config::find_invalid_text(source, /*controls_allowed=*/true)) {
+    error = path + ":" + std::to_string(problem->line) + ":" + std::to_string(problem->column)
+            + ": " + problem->message;
+    return false;
+  }
   return true;
 }
 

@@ -36,7 +36,7 @@ size_t sequence_length(std::string_view s, size_t i, char32_t& cp) {
 
 }  // namespace
 
-std::optional<text_problem> find_invalid_text(std::string_view text) {
+std::optional<text_problem> find_invalid_text(std::string_view text, bool controls_allowed) {
   int line = 1, column = 1;
   size_t i = 0;
   if (text.substr(0, 3) == "\xEF\xBB\xBF")
@@ -46,12 +46,12 @@ std::optional<text_problem> find_invalid_text(std::string_view text) {
     size_t len = sequence_length(text, i, cp);
     if (len == 0)
       return text_problem{line, column,
-                          fmt::format("invalid UTF-8 (byte 0x{:02X}); specs must be UTF-8 text",
+                          fmt::format("invalid UTF-8 (byte 0x{:02X}); the text must be UTF-8",
                                       static_cast<unsigned char>(text[i]))};
     bool control = (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0x7F ||
                    (cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF ||
                    (cp == 0xFEFF && i != 0);
-    if (control)
+    if (control && !controls_allowed)
       return text_problem{line, column,
                           fmt::format("control character U+{:04X} is not allowed in YAML",
                                       static_cast<uint32_t>(cp))};

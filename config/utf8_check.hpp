@@ -13,8 +13,9 @@ struct text_problem {
   std::string message;
 };
 
-// Refuses malformed UTF-8 (overlong forms, surrogates, > U+10FFFF, truncated sequences) and
-// control characters other than tab, LF and CR. A leading UTF-8 byte-order mark is allowed.
-std::optional<text_problem> find_invalid_text(std::string_view text);
+// Refuses malformed UTF-8 (overlong forms, surrogates, > U+10FFFF, truncated sequences) and,
+// unless `controls_allowed` (Python source may hold a form feed), control characters other
+// than tab, LF and CR. A leading UTF-8 byte-order mark is allowed.
+std::optional<text_problem> find_invalid_text(std::string_view text, bool controls_allowed = false);
 
 }  // namespace maxkernel::config

@@ -158,3 +158,12 @@ def test_a_kernel_must_pass_every_configuration():
     assert run.returncode == 1, run.stderr
     result = json.loads(run.stdout)
     assert result["correct"] is False
+
+
+def test_kernel_that_is_not_utf8_is_bad_input_naming_the_line(tmp_path):
+    kernel = tmp_path / "kernel.py"
+    kernel.write_bytes(b"def workload(x, y):\n    return x  # \xff\xfe\n")
+    run = check(SPEC, kernel)
+    assert run.returncode == 2
+    assert f"{kernel}:2:" in run.stderr and "UTF-8" in run.stderr
+    assert "Traceback" not in run.stderr
