@@ -110,8 +110,33 @@ worker_result worker_client::call(const std::string& request, uint64_t id,
       out.message += "; restarting the worker failed: " + err;
     return out;
   };
+  auto ex = exchange(request, id, deadline);
+  switch (ex.outcome) {
+    case exchange_outcome::reply:
+      out.ok = true;
+      out.bytes = std::move(ex.bytes);
+      return out;
+    case exchange_outcome::unsendable:
+      return fail_and_restart(schema::ErrorClass::CRASH, "the worker does not accept requests");
+    case exchange_outcome::bad_reply:
+      return fail_and_restart(schema::ErrorClass::INTERNAL, "the worker sent a bad reply: " + ex.detail);
+    case exchange_outcome::wrong_id:
+      return fail_and_restart(schema::ErrorClass::INTERNAL, "the worker answered another request");
+    case exchange_outcome::died:
+      return fail_and_restart(schema::ErrorClass::CRASH,
+                              "the worker died (" + ex.detail + ") while serving the request");
+    case exchange_outcome::timeout:
+      break;
+  }
+  return fail_and_restart(schema::ErrorClass::TIMEOUT,
+                          "no answer within " + std::to_string(deadline.count() / 1000.0).substr(0, 6)
+                            + " s; the worker was restarted");
+}
+
+worker_client::exchange_result worker_client::exchange(const std::string& request, uint64_t id,
+                                                       std::chrono::milliseconds deadline) {
   if (!zmq_->socket->send(zmq::buffer(request), zmq::send_flags::dontwait))
-    return fail_and_restart(schema::ErrorClass::CRASH, "the worker does not accept requests");
+    return {exchange_outcome::unsendable};
   auto until = clock_type::now() + deadline;
   for (;;) {
     // Short polls so that a dead worker is noticed at once, not at the deadline.
@@ -125,24 +150,15 @@ worker_result worker_client::call(const std::string& request, uint64_t id,
       std::string err;
       auto msg = messages::decode<schema::WorkerReply>(bytes, err);
       if (!msg)
-        return fail_and_restart(schema::ErrorClass::INTERNAL, "the worker sent a bad reply: " + err);
+        return {exchange_outcome::bad_reply, {}, err};
       if (msg->root<schema::WorkerReply>().getId() != id)
-        return fail_and_restart(schema::ErrorClass::INTERNAL,
-                                "the worker answered another request");
-      out.ok = true;
-      out.bytes = std::move(bytes);
-      return out;
+        return {exchange_outcome::wrong_id};
+      return {exchange_outcome::reply, std::move(bytes)};
     }
-    if (!process_->alive()) {
-      auto how = process_->exit_description();
-      return fail_and_restart(schema::ErrorClass::CRASH,
-                              "the worker died (" + how + ") while serving the request");
-    }
+    if (!process_->alive())
+      return {exchange_outcome::died, {}, process_->exit_description()};
     if (clock_type::now() >= until)
-      return fail_and_restart(schema::ErrorClass::TIMEOUT,
-                              "no answer within "
-                                + std::to_string(deadline.count() / 1000.0).substr(0, 6)
-                                + " s; the worker was restarted");
+      return {exchange_outcome::timeout};
   }
 }
 
@@ -185,29 +201,23 @@ worker_result worker_client::ping(std::chrono::milliseconds deadline) {
   if (!process_ || !zmq_->socket)
     return {false, {}, schema::ErrorClass::INTERNAL, "the worker is not started"};
   // Not through call(): a failed ping at start must not recurse into restart().
-  auto bytes = messages::encode(msg);
-  zmq_->socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
-  auto until = clock_type::now() + deadline;
-  while (clock_type::now() < until) {
-    zmq::pollitem_t items[] = {{zmq_->socket->handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, 50ms);
-    if (items[0].revents & ZMQ_POLLIN) {
-      zmq::message_t reply;
-      if (!zmq_->socket->recv(reply, zmq::recv_flags::dontwait))
-        continue;
+  auto ex = exchange(messages::encode(msg), id, deadline);
+  switch (ex.outcome) {
+    case exchange_outcome::reply: {
       worker_result raw;
       raw.ok = true;
-      raw.bytes.assign(static_cast<const char*>(reply.data()), reply.size());
-      std::string err;
-      if (!messages::decode<schema::WorkerReply>(raw.bytes, err))
-        return {false, {}, schema::ErrorClass::INTERNAL, "bad reply to ping: " + err};
+      raw.bytes = std::move(ex.bytes);
       return unwrap(raw, schema::WorkerReply::PONG);
     }
-    if (!process_->alive())
-      return {false, {}, schema::ErrorClass::CRASH,
-              "the worker exited (" + process_->exit_description() + ")"};
+    case exchange_outcome::died:
+      return {false, {}, schema::ErrorClass::CRASH, "the worker exited (" + ex.detail + ")"};
+    case exchange_outcome::timeout:
+      return {false, {}, schema::ErrorClass::TIMEOUT, "no answer to ping"};
+    case exchange_outcome::bad_reply:
+      return {false, {}, schema::ErrorClass::INTERNAL, "bad reply to ping: " + ex.detail};
+    default:
+      return {false, {}, schema::ErrorClass::INTERNAL, "the worker does not answer pings"};
   }
-  return {false, {}, schema::ErrorClass::TIMEOUT, "no answer to ping"};
 }
 
 worker_result worker_client::load_task(const std::string& path, uint64_t memory_limit_bytes,

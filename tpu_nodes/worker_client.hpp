@@ -66,6 +66,15 @@ public:
 
 private:
   struct zmq_state;
+  enum class exchange_outcome { reply, unsendable, bad_reply, wrong_id, died, timeout };
+  struct exchange_result {
+    exchange_outcome outcome = exchange_outcome::timeout;
+    std::string bytes = {};   // the encoded WorkerReply, for `reply`
+    std::string detail = {};  // why the reply is bad, or how the worker died
+  };
+  // Sends one request and waits for its reply, the worker's death or the deadline.
+  exchange_result exchange(const std::string& request, uint64_t id,
+                           std::chrono::milliseconds deadline);
   bool restart(std::string& error);
   worker_result unwrap(const worker_result& raw, schema::WorkerReply::Which expected);
 
