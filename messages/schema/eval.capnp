@@ -34,6 +34,8 @@ enum ErrorClass {
   badInput @17;          # the spec or task is invalid (not the candidate's fault)
   internal @18;          # a bug in maxkernel itself
   tooLarge @19;          # the task's inputs cannot fit in memory
+  vmemOom @20;           # the kernel's blocks and scratch exceed the VMEM limit
+  overloaded @21;        # the node's queue was full; retry elsewhere or later
 }
 
 struct PhaseResult {
@@ -70,6 +72,7 @@ struct EvalOptions {
   timeRuns @2 :UInt32 = 10;
   warmupRuns @3 :UInt32 = 3;
   chip @4 :Text;
+  configuration @5 :UInt32;   # which of the spec's configurations to time
 }
 
 struct EvalRequest {
@@ -77,6 +80,7 @@ struct EvalRequest {
   spec @1 :KernelSpec;
   candidate @2 :Candidate;
   options @3 :EvalOptions;
+  reference @4 :Bool;         # evaluate the spec's reference (time only), not the candidate
 }
 
 struct EvalResult {
@@ -89,4 +93,7 @@ struct EvalResult {
   profile @6 :Profile;
   hasStructure @7 :Bool;
   hasProfile @8 :Bool;
+  backend @9 :Text;           # model | jax-tpu
+  cached @10 :Bool;           # answered from the evaluation store
+  key @11 :Text;              # the evaluation key (hex)
 }

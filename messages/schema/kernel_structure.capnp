@@ -5,6 +5,18 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("maxkernel::schema");
 using import "common.capnp".TensorType;
 
+# One dot_general, reduced to the sizes the MXU sees: lhs (batch, m, k) x rhs (batch, k, n).
+struct DotOp {
+  batch @0 :Int64;            # product of the batch dims
+  m @1 :Int64;                # product of lhs free dims
+  n @2 :Int64;                # product of rhs free dims
+  k @3 :Int64;                # product of contracting dims
+  lhsDtype @4 :Text;          # numpy dtype names: bfloat16, float32, int8, float8_e4m3fn ...
+  rhsDtype @5 :Text;
+  outDtype @6 :Text;
+  count @7 :Float64 = 1;      # times executed per grid step (or per graph run)
+}
+
 # One jaxpr equation.
 struct DataflowNode {
   id @0 :Int32;
@@ -17,6 +29,8 @@ struct DataflowNode {
   transcendentals @7 :Float64;
   bytes @8 :Float64;          # operand + result bytes
   count @9 :Float64 = 1;      # times executed (loop bodies)
+  dot @10 :DotOp;             # set for dot_general (hasDot)
+  hasDot @11 :Bool;
 }
 
 struct DataflowGraph {
@@ -79,6 +93,10 @@ struct PallasCall {
   count @13 :Float64 = 1;     # times called (inside scans / loops)
   bodyPrimitives @14 :List(Text);
   inputOutputAliases @15 :List(Int64);   # pairs: input index, output index
+  stepDots @16 :List(DotOp);  # the body's matmuls per grid step
+  stepVpuFlops @17 :Float64;  # the body's non-matmul flops per step (elementwise, reductions)
+  stepDmaBytes @18 :Float64;  # bytes the body copies by hand per step (make_async_copy)
+  unknownPrimitives @19 :List(Text);  # body primitives the extractor could not cost
 }
 
 struct KernelStructure {

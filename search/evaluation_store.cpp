@@ -1,0 +1,1 @@
+#include "search/evaluation_store.hpp"

@@ -1,0 +1,1 @@
+#include "tpu_nodes/model/tpu_model.hpp"
