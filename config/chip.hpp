@@ -21,6 +21,8 @@ struct chip_efficiency {
   double xla_hbm = 0.8;             // XLA's fusions, of the peak HBM bandwidth
   double xla_fusion_us = 1.5;       // fixed cost of one XLA fusion (kernel launch)
   double f32_matmul_passes = 3.0;   // f32 dots run as this many bf16 passes on the MXU
+  double slot_overlap = 0.75;       // share of the shorter of MXU, VPU and EUP work hidden
+                                    // under the longest (1: the VLIW slots overlap fully)
 };
 
 struct chip {
