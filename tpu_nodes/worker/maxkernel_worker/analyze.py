@@ -1,5 +1,5 @@
 """Dataflow graph of a traced JAX function: every equation with its flops, transcendentals
-and bytes.
+and bytes, and for every dot_general the sizes the MXU sees (DotOp: batch, m, n, k, dtypes).
 
 The TPU performance model prices the XLA reference from this graph, and extract.py prices the
 work a candidate does outside its pallas_calls with it, so the flop counts follow XLA's cost
@@ -25,7 +25,7 @@ TRANSCENDENTAL = frozenset({
     "rsqrt", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh",
     "cosh", "asinh", "acosh", "atanh", "pow", "lgamma", "digamma", "igamma", "igammac",
     "igamma_grad_a", "random_gamma_grad", "bessel_i0e", "bessel_i1e", "polygamma", "zeta",
-    "regularized_incomplete_beta",
+    "regularized_incomplete_beta", "reciprocal",
 })
 
 # One flop per output element (VPU work, casts included as XLA does).
@@ -44,16 +44,44 @@ REDUCTIONS = frozenset({
 })
 
 # Primitives that only read or write a Ref inside a Pallas kernel body: their bytes are the
-# value moved, not the whole Ref.
-REF_READ = frozenset({"get", "load"})
-REF_WRITE = frozenset({"swap", "store", "addupdate"})
+# value moved, not the whole Ref (pl.load / pl.store bind masked_load / masked_swap).
+REF_READ = frozenset({"get", "load", "masked_load"})
+REF_WRITE = frozenset({"swap", "store", "addupdate", "masked_swap"})
 REF_ACCESS = REF_READ | REF_WRITE
+
+# MXU work: flops by the matmul and convolution rules.
+MATMUL = frozenset({"dot_general", "ragged_dot", "ragged_dot_general", "conv_general_dilated"})
+
+# A manual copy started inside a Pallas TPU kernel (make_async_copy / async_copy /
+# async_remote_copy all bind it); its bytes are the copied slice.
+DMA_START = frozenset({"dma_start"})
+
+# Data movement, indexing and bookkeeping: no flops under XLA's rules either. Listed so that a
+# primitive in none of these sets is known to be unpriced rather than silently free.
+NO_FLOPS = frozenset({
+    "reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims", "concatenate", "pad",
+    "slice", "dynamic_slice", "dynamic_update_slice", "gather", "scatter", "rev", "iota",
+    "copy", "copy_p", "device_put", "bitcast", "bitcast_convert_type", "split", "roll",
+    "program_id", "num_programs", "multiple_of", "dma_wait", "semaphore_read",
+    "semaphore_signal", "semaphore_wait", "get_barrier_semaphore", "delay", "trace_value",
+    "add_dependency", "debug_callback", "debug_print", "optimization_barrier",
+    "sharding_constraint", "axis_index", "pvary", "random_wrap", "random_unwrap",
+    "with_memory_space_constraint", "tile", "broadcast_to", "empty", "empty2", "unstack",
+    "create_token", "after_all", "platform_index", "prng_seed",
+})
+
+# Primitives with a rule in eqn_cost outside the sets above.
+_PRICED = frozenset({"integer_pow", "reduce", "sort", "scatter_add", "scatter-add", "scatter_mul",
+                     "scatter_min", "scatter_max", "scatter_sub"})
 
 # Call-like primitives whose single sub-jaxpr is inlined (same operands, same results).
 INLINE = frozenset({
     "pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
     "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "custom_lin", "name_scope",
 })
+
+# Primitives the walker descends into (their cost is their bodies').
+STRUCTURAL = INLINE | frozenset({"cond", "scan", "while", "run_scoped", "pallas_call"})
 
 _MAX_PARAM_ITEMS = 32
 _MAX_PARAM_TEXT = 200
@@ -230,12 +258,62 @@ def eqn_cost(eqn) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def has_cost_rule(name: str) -> bool:
+    """Whether eqn_cost / eqn_bytes (or the walker, for control flow) know what name costs."""
+    return (name in TRANSCENDENTAL or name in ELEMENTWISE or name in REDUCTIONS
+            or name in MATMUL or name in REF_ACCESS or name in DMA_START or name in NO_FLOPS
+            or name in _PRICED or name in STRUCTURAL or name.startswith("reduce_window"))
+
+
+def _prod(shape, dims) -> int:
+    n = 1
+    for i in dims:
+        d = shape[i]
+        n *= int(d) if _is_int(d) else 1
+    return n
+
+
+def dot_op(eqn, count: float) -> dict:
+    """DotOp dict of a dot_general: lhs (batch, m, k) x rhs (batch, k, n), from its
+    dimension numbers; free dims of each side multiply into m (lhs) and n (rhs)."""
+    lhs, rhs = aval_of(eqn.invars[0]), aval_of(eqn.invars[1])
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    lc, rc, lb, rb = (tuple(int(i) for i in d) for d in (lc, rc, lb, rb))
+    lfree = [i for i in range(len(lhs.shape)) if i not in lc and i not in lb]
+    rfree = [i for i in range(len(rhs.shape)) if i not in rc and i not in rb]
+    return {"batch": _prod(lhs.shape, lb), "m": _prod(lhs.shape, lfree),
+            "n": _prod(rhs.shape, rfree), "k": _prod(lhs.shape, lc),
+            "lhsDtype": str(lhs.dtype), "rhsDtype": str(rhs.dtype),
+            "outDtype": str(aval_of(eqn.outvars[0]).dtype), "count": float(count)}
+
+
+def dma_bytes(eqn) -> float | None:
+    """Bytes a dma_start copies: the source slice (shape after its indexers and transforms);
+    None when the operand tree cannot be read (a JAX version we do not know)."""
+    try:
+        src = jax.tree_util.tree_unflatten(eqn.params["tree"],
+                                           [getattr(v, "aval", v) for v in eqn.invars])[0]
+        shape = tuple(src.shape)
+        dtype = src.dtype
+        n = 1
+        for d in shape:
+            n *= int(d)
+        return float(n * np.dtype(dtype).itemsize)
+    except Exception:
+        return None
+
+
 def eqn_bytes(eqn) -> float:
     name = eqn.primitive.name
     if name in REF_READ:
         return float(sum(nbytes(v) for v in eqn.outvars))
+    if name == "masked_swap":  # returns the old value: as big as the value stored
+        return float(sum(nbytes(v) for v in eqn.outvars))
     if name in ("swap", "store"):
         return float(nbytes(eqn.invars[1]))
+    if name in DMA_START:
+        b = dma_bytes(eqn)
+        return 0.0 if b is None else b
     if name == "addupdate":
         return 2.0 * nbytes(eqn.invars[1])
     return float(sum(nbytes(v) for v in eqn.invars) + sum(nbytes(v) for v in eqn.outvars))
@@ -278,12 +356,18 @@ class Walker:
     with a count instead of being unrolled (those records are not evaluable).
     on_pallas(eqn, refs, count, evaluable, node_id) is called for each pallas_call; without it
     a pallas_call is priced as its body's cost times its grid steps.
+    `unknown` collects what the walk could not price: loops of unknown trip count (counted
+    once), copies of unknown size. Opaque primitives with bodies are priced by their bodies
+    once; the matmuls inside them are kept in hidden_dots (they have no node of their own).
     """
 
     def __init__(self, on_pallas=None):
         self.nodes: list[dict] = []
         self.records: list[tuple] = []
         self.on_pallas = on_pallas
+        self.unknown: set[str] = set()
+        self.hidden_dots: list[dict] = []
+        self.hidden_matmul_flops = 0.0
 
     # -- entry points
     def walk_top(self, closed):
@@ -309,6 +393,15 @@ class Walker:
 
     def total(self, field: str) -> float:
         return float(sum(n[field] * n["count"] for n in self.nodes))
+
+    def dots(self) -> list[dict]:
+        """DotOp dicts of every dot_general walked, their counts weighted by loops."""
+        return [n["dot"] for n in self.nodes if n.get("hasDot")] + list(self.hidden_dots)
+
+    def matmul_flops(self) -> float:
+        """The share of total("flops") done by matmuls and convolutions."""
+        return float(sum(n["flops"] * n["count"] for n in self.nodes
+                         if n["primitive"] in MATMUL)) + self.hidden_matmul_flops
 
     # -- recursion
     def walk(self, jaxpr, const_refs, in_refs, count, evaluable):
@@ -357,6 +450,10 @@ class Walker:
             return self.whole(eqn, refs, evaluable, outs)
         if name == "while":
             return self.whole(eqn, refs, evaluable, self.while_loop(eqn, refs, count))
+        if name == "run_scoped":  # Pallas scratch scope: its body runs once, in place
+            jaxpr = eqn.params["jaxpr"]
+            if len(jaxpr.constvars) == len(refs) and len(jaxpr.outvars) == len(eqn.outvars):
+                return self.walk(jaxpr, refs, [UNKNOWN] * len(jaxpr.invars), count, False)
         if subs and (name in INLINE or len(subs) == 1):
             jaxpr, consts = subs[0]
             if len(jaxpr.invars) == len(refs) and len(jaxpr.outvars) == len(eqn.outvars):
@@ -368,12 +465,18 @@ class Walker:
                 inner.walk_sub(jaxpr, consts, [UNKNOWN] * len(jaxpr.invars), 1.0, False)
             self.nodes[node_id]["flops"] += inner.total("flops")
             self.nodes[node_id]["transcendentals"] += inner.total("transcendentals")
+            self.unknown |= inner.unknown
+            self.hidden_dots += [dict(d, count=d["count"] * count) for d in inner.dots()]
+            self.hidden_matmul_flops += inner.matmul_flops() * count
         return outs
 
     def add_node(self, eqn, refs, count, evaluable, flops=None, transcendentals=None,
                  bytes_=None, params=None):
         """Appends a node; returns its id and the refs of its results."""
         f, t = eqn_cost(eqn)
+        name = eqn.primitive.name
+        if name in DMA_START and bytes_ is None and dma_bytes(eqn) is None:
+            self.unknown.add(f"{name} (size of the copy unknown)")
         node_id = len(self.nodes)
         self.nodes.append({
             "id": node_id,
@@ -386,7 +489,10 @@ class Walker:
             "transcendentals": float(t if transcendentals is None else transcendentals),
             "bytes": float(eqn_bytes(eqn) if bytes_ is None else bytes_),
             "count": float(count),
+            "hasDot": name == "dot_general",
         })
+        if name == "dot_general":
+            self.nodes[node_id]["dot"] = dot_op(eqn, count)
         rec = self.record(eqn, refs, evaluable)
         return node_id, [(node_id, ("rec", rec, k)) for k in range(len(eqn.outvars))]
 
@@ -409,6 +515,8 @@ class Walker:
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
         cond_consts, body_consts, carry = refs[:cn], refs[cn:cn + bn], refs[cn + bn:]
         trip = while_trip_count(p["cond_jaxpr"], cond_consts, carry)
+        if trip is None:
+            self.unknown.add("while (trip count unknown, counted once)")
         n = float(trip) if trip is not None else 1.0
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
         self.walk_sub(cj.jaxpr, cj.consts, cond_consts + carry, count * (n + 1), False)
