@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from .analyze import (REF_ACCESS, UNKNOWN, Walker, aval_of, itemsize, nbytes, pallas_name,
-                      sub_jaxprs, tensor_type, trace)
+from .analyze import (DMA_START, REF_ACCESS, UNKNOWN, Walker, aval_of, has_cost_rule, itemsize,
+                      nbytes, pallas_name, sub_jaxprs, tensor_type, trace)
 from .errors import WorkerError
 
 SCHEMA_VERSION = 1
@@ -131,6 +131,10 @@ def _pallas_call(eqn, refs, count, evaluable, values) -> dict:
     body_jaxpr = p["jaxpr"]
     body.walk(body_jaxpr, [], [UNKNOWN] * len(body_jaxpr.invars), 1.0, False)
     step_bytes = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in REF_ACCESS)
+    step_dma = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in DMA_START)
+    step_flops = body.total("flops")
+    primitives = _primitives(body_jaxpr)
+    unknown = {name for name in primitives if not has_cost_rule(name)} | body.unknown
 
     cost = p.get("cost_estimate")
     aliases = []
@@ -144,16 +148,32 @@ def _pallas_call(eqn, refs, count, evaluable, values) -> dict:
         "scratch": scratch,
         "numScalarPrefetch": n_idx,
         "vmemLimitBytes": _vmem_limit(p.get("compiler_params")),
-        "stepFlops": body.total("flops"),
+        "stepFlops": step_flops,
         "stepTranscendentals": body.total("transcendentals"),
         "stepBytes": float(step_bytes),
         "costFlops": float(getattr(cost, "flops", 0) or 0),
         "costTranscendentals": float(getattr(cost, "transcendentals", 0) or 0),
         "costBytes": float(getattr(cost, "bytes_accessed", 0) or 0),
         "count": float(count),
-        "bodyPrimitives": sorted(_primitives(body_jaxpr)),
+        "bodyPrimitives": sorted(primitives),
         "inputOutputAliases": aliases,
+        "stepDots": _merge_dots(body.dots()),
+        "stepVpuFlops": max(0.0, step_flops - body.matmul_flops()),
+        "stepDmaBytes": float(step_dma),
+        "unknownPrimitives": sorted(unknown),
     }
+
+
+def _merge_dots(dots: list[dict]) -> list[dict]:
+    """One entry per distinct matmul (sizes and dtypes), counts summed, in body order."""
+    merged: dict[tuple, dict] = {}
+    for d in dots:
+        key = tuple(v for k, v in sorted(d.items()) if k != "count")
+        if key in merged:
+            merged[key]["count"] += d["count"]
+        else:
+            merged[key] = dict(d)
+    return list(merged.values())
 
 
 def _is_static(d) -> bool:
