@@ -144,6 +144,12 @@ class Server:
         chip = options.get("chip") or spec.get("chip", "")
         ev = _Eval(self.s.schema_version, request.candidate.id)
         task = open_task(spec)   # a bad spec is a request-level error (badInput)
+        # Which configuration extract and time work on; lower and test cover all of them.
+        configuration = int(options.get("configuration", 0))
+        if kind in ("extract", "time") and configuration >= task.num_configurations:
+            raise WorkerError("badInput", f"task {task.name}: options.configuration {configuration} "
+                                          f"is out of range (the spec has {task.num_configurations} "
+                                          f"configuration{'s' if task.num_configurations != 1 else ''})")
         files, dirs = tester.forbidden_for(task, spec)
 
         start = time.perf_counter()
@@ -170,7 +176,7 @@ class Server:
                     break
             ev.phase("lower", start, error)
         elif kind == "extract":
-            self._extract(ev, cand, task, files, dirs)
+            self._extract(ev, cand, task, files, dirs, configuration)
         elif kind == "test":
             start = time.perf_counter()
             report, failure = tester.run_tests(cand, task, spec, options)
@@ -178,7 +184,7 @@ class Server:
             ev.phase("test", start, failure)
             ev.result["correct"] = not ev.failed
         elif kind == "time":
-            self._time(ev, cand, task, files, dirs, options, chip)
+            self._time(ev, cand, task, files, dirs, options, chip, configuration)
         return ev.result
 
     def _candidate_step(self, cand, files, dirs, default_class: str, fn):
@@ -198,16 +204,16 @@ class Server:
             return tester.classify_candidate_exception(e, cand, default_class)
         return None
 
-    def _extract(self, ev, cand, task, files, dirs):
-        """The structure of configuration 0 (the performance model's input). A failure here
+    def _extract(self, ev, cand, task, files, dirs, c: int):
+        """The structure of configuration c (the performance model's input). A failure here
         is reported on the profile phase: without a structure there is no modeled profile."""
         from .extract import extract
         start = time.perf_counter()
         out = {}
 
         def run():
-            out["structure"] = extract(cand.workload, task.abstract_args(0), task.static_argnums(0),
-                                       concrete_args=lambda: tester.unguarded(task.prefetch_args, 0, 0))
+            out["structure"] = extract(cand.workload, task.abstract_args(c), task.static_argnums(c),
+                                       concrete_args=lambda: tester.unguarded(task.prefetch_args, c, 0))
         error = self._candidate_step(cand, files, dirs, "traceError", run)
         if error:
             error.message = f"extracting the kernel's structure: {error.message}"
@@ -218,7 +224,7 @@ class Server:
         ev.result["structure"] = structure
         ev.result["hasStructure"] = True
 
-    def _time(self, ev, cand, task, files, dirs, options, chip):
+    def _time(self, ev, cand, task, files, dirs, options, chip, c: int):
         start = time.perf_counter()
         if timing.platform() != "tpu":
             ev.phase("profile", start, WorkerError(
@@ -226,11 +232,11 @@ class Server:
                             f"{timing.platform()}): measured timing needs the jax-tpu backend"))
             return
         out = {}
-        args = task.make_args(0, 0)   # outside the guard: task code lives in fenced-off files
+        args = task.make_args(c, 0)   # outside the guard: task code lives in fenced-off files
 
         def run():
             out["profile"] = timing.time_candidate(
-                cand.workload, args, task.static_argnums(0), int(options.get("timeRuns", 10)),
+                cand.workload, args, task.static_argnums(c), int(options.get("timeRuns", 10)),
                 int(options.get("warmupRuns", 3)), chip)
         error = self._candidate_step(cand, files, dirs, "runtimeError", run)
         if error:
