@@ -2,30 +2,15 @@
 // key (SQLite, WAL). The one cache of the system: repeats are answered from it.
 #pragma once
 
+#include "search/evaluation_key.hpp"
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 
 namespace maxkernel::search {
-
-// What identifies an evaluation. Two requests with equal parts get the same result.
-struct evaluation_key_parts {
-  std::string_view source;         // kernel source (normalised before hashing); "" for a reference
-  std::string_view spec_hash;      // content hash of the KernelSpec (canonical capnp bytes)
-  std::string_view chip;
-  std::string_view backend;        // model | jax-tpu
-  std::string_view jax_version;
-  std::string_view options;        // anything else that changes the result (seeds, full, ...)
-  bool reference = false;          // the spec's reference rather than a candidate
-};
-
-// Line endings to \n, trailing whitespace of each line and trailing blank lines removed:
-// edits that cannot change what Python runs.
-std::string normalize_source(std::string_view source);
-// Hex sha256 over the parts, each length-prefixed.
-std::string evaluation_key(const evaluation_key_parts& parts);
 
 // What is recorded next to the result, for queries of later issues (statistics, resume).
 struct evaluation_record {
@@ -47,7 +32,8 @@ public:
   evaluation_store(const evaluation_store&) = delete;
   evaluation_store& operator=(const evaluation_store&) = delete;
 
-  // The recorded EvalResult bytes of key, if any. Counts a hit or a miss.
+  // The recorded EvalResult bytes of key, if any. Counts a hit or a miss; a database error
+  // is a miss, its message kept in last_error().
   std::optional<std::string> find(const std::string& key);
   // Records once: a second record of the same key keeps the first. False on a database error.
   bool record(const evaluation_record& record, std::string& error);
@@ -56,14 +42,20 @@ public:
   uint64_t misses() const { return misses_; }
   uint64_t size();
   const std::string& path() const { return path_; }
+  // The message of the latest failed find() or size(); "" when none failed.
+  std::string last_error() const;
+
+  // The store's schema version: the `meta` row of an evaluation database and each record's.
+  static constexpr int schema_version = 1;
 
 private:
   struct db;
   evaluation_store(std::unique_ptr<db> d, std::string path);
   std::unique_ptr<db> db_;
   std::string path_;
-  uint64_t hits_ = 0;
-  uint64_t misses_ = 0;
+  // Atomic: hits() and misses() are read without the store's lock.
+  std::atomic<uint64_t> hits_ = 0;
+  std::atomic<uint64_t> misses_ = 0;
 };
 
 }  // namespace maxkernel::search

@@ -1,0 +1,155 @@
+#include "search/evaluation_key.hpp"
+
+#include "messages/content_hash.hpp"
+
+#include <vector>
+
+namespace maxkernel::search {
+
+namespace {
+
+bool is_line_space(char c) { return c == ' ' || c == '\t' || c == '\f'; }
+
+// Where a line of Python ends, as far as trailing whitespace is concerned. Inside a
+// triple-quoted string trailing spaces are part of the string's value; after a backslash they
+// turn "continuation" into a syntax error. Either way they must stay.
+class python_scanner {
+public:
+  // True while inside a triple-quoted string: a newline now is part of the string.
+  bool newline_in_long_string() const { return state_ == state::long_string; }
+
+  // Feeds one character; newlines are already '\n'.
+  void feed(char c) {
+    if (escaped_) {  // the character after a backslash in a string never ends it
+      escaped_ = false;
+      return;
+    }
+    switch (state_) {
+      case state::code:
+        if (c == '#') {
+          state_ = state::comment;
+        } else if (c == '\'' || c == '"') {
+          quote_ = c;
+          run_ = 1;
+          state_ = state::opening;
+        }
+        break;
+      case state::comment:
+        if (c == '\n')
+          state_ = state::code;
+        break;
+      case state::opening:  // counting quotes: '' is empty, ''' opens a long string
+        if (c == quote_ && run_ < 3) {
+          if (++run_ == 3) {
+            state_ = state::long_string;
+            run_ = 0;
+          }
+          break;
+        }
+        if (run_ == 2) {  // an empty short string; c is code again
+          state_ = state::code;
+          feed(c);
+          break;
+        }
+        state_ = state::short_string;
+        feed(c);
+        break;
+      case state::short_string:
+        if (c == '\\')
+          escaped_ = true;
+        else if (c == quote_ || c == '\n')  // an unterminated string ends at the line
+          state_ = state::code;
+        break;
+      case state::long_string:
+        if (c == '\\') {
+          escaped_ = true;
+          run_ = 0;
+        } else if (c == quote_) {
+          if (++run_ == 3) {
+            state_ = state::code;
+            run_ = 0;
+          }
+        } else {
+          run_ = 0;
+        }
+        break;
+    }
+  }
+
+private:
+  enum class state { code, comment, opening, short_string, long_string };
+  state state_ = state::code;
+  char quote_ = 0;
+  int run_ = 0;
+  bool escaped_ = false;
+};
+
+void append_part(std::string& out, std::string_view part) {
+  out += std::to_string(part.size());
+  out += ':';
+  out += part;
+}
+
+}  // namespace
+
+std::string normalize_source(std::string_view source) {
+  std::vector<std::string> lines;
+  std::string line;
+  python_scanner scanner;
+  auto end_line = [&] {
+    // Whether the newline ending this line lies inside a triple-quoted string is the state
+    // before the newline is fed.
+    bool keep = scanner.newline_in_long_string();
+    if (!keep) {
+      size_t end = line.size();
+      while (end > 0 && is_line_space(line[end - 1]))
+        --end;
+      keep = end > 0 && line[end - 1] == '\\';
+      if (!keep)
+        line.resize(end);
+    }
+    lines.push_back(std::move(line));
+    line.clear();
+  };
+  for (size_t i = 0; i < source.size(); ++i) {
+    char c = source[i];
+    if (c == '\r') {  // \r\n and a lone \r are both one newline to Python
+      if (i + 1 < source.size() && source[i + 1] == '\n')
+        ++i;
+      c = '\n';
+    }
+    if (c == '\n') {
+      end_line();
+      scanner.feed('\n');
+    } else {
+      line += c;
+      scanner.feed(c);
+    }
+  }
+  if (!line.empty())
+    end_line();
+  while (!lines.empty() && lines.back().empty())
+    lines.pop_back();
+  std::string out;
+  for (const auto& l : lines) {
+    out += l;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string evaluation_key(const evaluation_key_parts& parts) {
+  // The first part names the key's own format: changing what goes in changes every key.
+  std::string bytes;
+  append_part(bytes, "maxkernel.evaluation_key.v1");
+  append_part(bytes, parts.reference ? "reference" : "candidate");
+  append_part(bytes, normalize_source(parts.source));
+  append_part(bytes, parts.spec_hash);
+  append_part(bytes, parts.chip);
+  append_part(bytes, parts.backend);
+  append_part(bytes, parts.jax_version);
+  append_part(bytes, parts.options);
+  return messages::sha256_hex(bytes);
+}
+
+}  // namespace maxkernel::search
