@@ -264,12 +264,13 @@ std::unique_ptr<evaluation_store> evaluation_store::open(const std::string& path
     return fail(message(d->handle, rc));
   sqlite3_extended_result_codes(d->handle, 1);
   sqlite3_busy_timeout(d->handle, busy_timeout_ms);
+  // SQLite falls back to read-only on a write-protected file; the store must write.
+  if (sqlite3_db_readonly(d->handle, "main") == 1)
+    return fail("the file is not writable");
   std::string why;
   // The first statements read the file: a file that is not a database fails here.
   if (!d->use_wal(memory, why))
     return fail(why);
-  if (sqlite3_db_readonly(d->handle, "main") == 1)
-    return fail("the file is not writable");
   if (!d->exec("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON", why))
     return fail(why);
   if (!d->set_up_schema(path, why)) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -286,6 +287,19 @@ TEST(EvaluationStore, PathBelowARegularFileIsAnError) {
   EXPECT_FALSE(evaluation_store::open(path, error));
   EXPECT_NE(error.find(path), std::string::npos) << error;
   EXPECT_NE(error.find("cannot create the directory"), std::string::npos) << error;
+}
+
+TEST(EvaluationStore, ReadOnlyFileIsAnError) {
+  if (geteuid() == 0)
+    GTEST_SKIP() << "root writes to read-only files";
+  temp_dir dir;
+  std::string path = dir.file("evaluations.sqlite");
+  ASSERT_TRUE(open_ok(path));
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read);
+  std::string error;
+  EXPECT_FALSE(evaluation_store::open(path, error));
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_NE(error.find("not writable"), std::string::npos) << error;
 }
 
 TEST(EvaluationStore, EmptyPathIsAnError) {
