@@ -5,6 +5,12 @@ Index maps are evaluated along each grid axis separately (from a few base points
 the whole grid, so a grid of a million steps costs the same as a small one. Data-dependent index
 maps (scalar prefetch: page tables, group offsets) are evaluated on the task's own prefetch
 values, computed by evaluating only the slice of the program that produces them.
+
+Per-step work comes from walking the kernel body once: loops with static trip counts multiply
+what they contain, a cond (pl.when) counts its most expensive branch on every step (an upper
+bound: init/finalize branches, causal block skipping and prefetch-next DMAs are all counted
+each step), a loop whose trip count only the data knows counts once and is named in
+unknownPrimitives, as is every primitive no cost rule prices.
 """
 
 from __future__ import annotations
