@@ -381,6 +381,13 @@ def build() -> tuple[dict[str, str], list[dict]]:
     return files, rows
 
 
+def _wrapped(values: list[int]) -> str:
+    """A Python list literal wrapped to fit the generator code block."""
+    text = textwrap.fill(", ".join(map(str, values)), 84, initial_indent=" " * 17 + "[",
+                         subsequent_indent=" " * 17)
+    return text.lstrip() + "]"
+
+
 def sparse_specs() -> dict[str, str]:
     files = {}
     _, files["specs/matmul_bf16_16384.yaml"] = matmul_spec(
@@ -391,8 +398,8 @@ def sparse_specs() -> dict[str, str]:
     gen = {}
     for name, full, reduced in (("i", "ROWS", "[b * mb // nb for b in range(nb)]"),
                                 ("k", "COLS", "[(3 * b) % kb for b in range(nb)]")):
-        gen[name] = DSD_INDEX_GENERATOR.format(rows=DSD_ROWS, cols=DSD_COLS, full=full,
-                                               reduced=reduced)
+        gen[name] = DSD_INDEX_GENERATOR.format(rows=_wrapped(DSD_ROWS), cols=_wrapped(DSD_COLS),
+                                               full=full, reduced=reduced)
     files["specs/dsd_matmul_16384.yaml"] = DSD_SPEC.format(where=SPARSE_WHERE, gen_i=gen["i"],
                                                            gen_k=gen["k"])
     files["specs/tril_masked_matmul_16384.yaml"] = TRIL_SPEC.format(where=SPARSE_WHERE)
