@@ -9,5 +9,7 @@ using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using analyze_atom = caf::atom_constant<caf::atom("analyze")>;
 using info_atom = caf::atom_constant<caf::atom("info")>;
+// The JAX version (and backend) a worker pool evaluates with: part of every evaluation key.
+using version_atom = caf::atom_constant<caf::atom("version")>;
 
 }  // namespace maxkernel::messages

@@ -15,6 +15,7 @@ const char* to_string(error_code code) {
     case error_code::worker_timeout: return "worker timeout";
     case error_code::worker_crashed: return "worker crashed";
     case error_code::internal: return "internal error";
+    case error_code::overloaded: return "overloaded";
   }
   return "unknown";
 }

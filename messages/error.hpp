@@ -19,6 +19,7 @@ enum class error_code : uint8_t {
   worker_timeout,     // a request passed its deadline
   worker_crashed,     // the worker died while serving a request
   internal,           // a bug (exit code 3)
+  overloaded,         // the node's queue is full: retry elsewhere or later
 };
 
 const char* to_string(error_code code);
