@@ -87,6 +87,7 @@ void write_kernel_spec(const native_spec& spec, schema::KernelSpec::Builder out)
   for (unsigned i = 0; i < spec.dims.size(); ++i) {
     dims[i].setName(text(spec.dims[i].name));
     dims[i].setSize(spec.dims[i].size);
+    dims[i].setExpression(text(spec.dims[i].expression));
   }
 }
 

@@ -42,7 +42,8 @@ struct native_input {
 
 struct named_dim {
   std::string name;
-  int64_t size = 0;
+  int64_t size = 0;        // a derived dim's value at the full sizes
+  std::string expression;  // "" for a literal size; else what it is derived from (MAX_SEQS + 1)
 };
 
 struct output_tolerance {

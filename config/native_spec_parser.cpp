@@ -2,6 +2,7 @@
 
 #include "config/chip_names.hpp"
 #include "config/contained_path.hpp"
+#include "config/dim_expression.hpp"
 #include "config/dtype_info.hpp"
 #include "config/input_parser.hpp"
 #include "config/nearest_name.hpp"
@@ -12,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace maxkernel::config {
 
@@ -58,9 +61,124 @@ std::string human_bytes(uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
 }
 
+// A dim as written: its node, and for a derived dim the parsed expression.
+struct dim_entry {
+  YAML::Node value;
+  std::optional<dim_expression> expression;
+  bool quoted = false;
+};
+
+// Where offset `offset` of a dim's expression is in the file. Exact for one-line plain and
+// quoted scalars (the quote is one more column); block scalars keep the node's own mark.
+YAML::Mark expression_mark(const dim_entry& d, size_t offset) {
+  YAML::Mark mark = d.value.Mark();
+  const std::string& text = d.value.Scalar();
+  if (mark.column >= 0 && text.find('\n') == std::string::npos)
+    mark.column += static_cast<int>(offset) + (d.quoted ? 1 : 0);
+  return mark;
+}
+
+// Derived dims are evaluated in dependency order (a dim may use one declared after it);
+// a cycle, an unknown name, a division by zero or a result that is not positive is an error
+// at the expression's position.
+class dim_resolver {
+public:
+  dim_resolver(std::vector<named_dim>& dims, const std::vector<dim_entry>& entries,
+               const field_reader& r)
+      : dims_(dims), entries_(entries), r_(r), state_(dims.size(), 0), depth_(dims.size(), 0) {}
+
+  void resolve_all() {
+    for (size_t i = 0; i < dims_.size(); ++i)
+      resolve(i);
+  }
+
+private:
+  // Derived-from-derived levels; bounds the recursion whatever the order of the dims.
+  static constexpr size_t max_chain = 64;
+
+  size_t index_of(const std::string& name) const {
+    for (size_t i = 0; i < dims_.size(); ++i)
+      if (dims_[i].name == name)
+        return i;
+    return dims_.size();
+  }
+
+  void resolve(size_t i) {
+    if (state_[i] == 2 || !entries_[i].expression)
+      return;
+    std::string field = child_field("dims", dims_[i].name);
+    const auto& expression = *entries_[i].expression;
+    auto too_deep = [&] {
+      r_.fail(expression_mark(entries_[i], 0), field,
+              fmt::format("derived dims nest more than {} deep", max_chain));
+    };
+    if (path_.size() >= max_chain)
+      too_deep();
+    state_[i] = 1;
+    path_.push_back(i);
+    for (const auto& use : expression.names()) {
+      size_t j = index_of(use.name);
+      if (j == dims_.size()) {
+        std::vector<std::string> names;
+        for (const auto& d : dims_)
+          if (d.name != dims_[i].name)
+            names.push_back(d.name);
+        std::string hint = nearest_name(use.name, names);
+        r_.fail(expression_mark(entries_[i], use.offset), field,
+                fmt::format("unknown dimension '{}'{}; declared: {}", shown_value(use.name),
+                            hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
+                            names.empty() ? "no other dims" : join_names(names)));
+      }
+      if (j == i)
+        r_.fail(expression_mark(entries_[i], use.offset), field,
+                fmt::format("'{}' is defined in terms of itself", dims_[i].name));
+      if (state_[j] == 1) {
+        std::string cycle;
+        auto from = std::find(path_.begin(), path_.end(), j);
+        for (auto it = from; it != path_.end(); ++it)
+          cycle += dims_[*it].name + " -> ";
+        r_.fail(expression_mark(entries_[i], use.offset), field,
+                fmt::format("the dims depend on each other in a cycle: {}{}", cycle,
+                            dims_[j].name));
+      }
+      resolve(j);
+      depth_[i] = std::max(depth_[i], depth_[j] + 1);
+    }
+    if (depth_[i] == 0)
+      depth_[i] = 1;  // derived from literals only
+    if (depth_[i] > max_chain)
+      too_deep();
+    dim_expression_error err;
+    auto value = expression.evaluate(
+        [&](const std::string& name) { return dims_[index_of(name)].size; }, err);
+    std::string inputs;
+    for (const auto& use : expression.names())
+      inputs += fmt::format("{}{} = {}", inputs.empty() ? " with " : ", ", use.name,
+                            dims_[index_of(use.name)].size);
+    if (!value)
+      r_.fail(expression_mark(entries_[i], err.offset), field,
+              fmt::format("{}{}", err.message, inputs));
+    if (*value <= 0)
+      r_.fail(expression_mark(entries_[i], 0), field,
+              fmt::format("'{}' is {}{}; sizes must be positive", shown_value(dims_[i].expression),
+                          *value, inputs));
+    dims_[i].size = *value;
+    path_.pop_back();
+    state_[i] = 2;
+  }
+
+  std::vector<named_dim>& dims_;
+  const std::vector<dim_entry>& entries_;
+  const field_reader& r_;
+  std::vector<int> state_;  // 0 not visited, 1 being resolved, 2 done
+  std::vector<size_t> depth_;  // 0 for a literal size, else 1 + the deepest dim it reads
+  std::vector<size_t> path_;
+};
+
 std::vector<named_dim> parse_dims(const YAML::Node& node, const field_reader& r) {
   auto m = r.mapping(node, "dims", {});
   std::vector<named_dim> dims;
+  std::vector<dim_entry> entries;
   for (const auto& e : m.entries) {
     std::string field = child_field("dims", e.key);
     if (!is_identifier(e.key))
@@ -68,11 +186,33 @@ std::vector<named_dim> parse_dims(const YAML::Node& node, const field_reader& r)
              fmt::format("'{}' is not a valid dimension name (letters, digits and _, not "
                          "starting with a digit)",
                          shown_value(e.key)));
-    int64_t size = r.integer(e.value, field);
-    if (size <= 0)
-      r.fail(e.value, field, fmt::format("sizes must be positive, got {}", size));
-    dims.push_back({e.key, size});
+    dim_entry entry{e.value, std::nullopt, false};
+    auto s = r.scalar(e.value, field);
+    if (s.type == yaml_scalar::kind::integer) {
+      int64_t size = r.integer(e.value, field);
+      if (size <= 0)
+        r.fail(e.value, field, fmt::format("sizes must be positive, got {}", size));
+      dims.push_back({e.key, size, ""});
+    } else if (s.type == yaml_scalar::kind::string) {
+      const std::string& tag = e.value.Tag();
+      entry.quoted = !(tag == "?" || tag.empty());
+      dim_expression_error err;
+      entry.expression = dim_expression::parse(s.text, err);
+      if (!entry.expression)
+        r.fail(expression_mark(entry, err.offset), field,
+               fmt::format("in '{}': {}", shown_value(s.text), err.message));
+      // Kept without surrounding blanks: the worker parses it again (as Python).
+      size_t first = s.text.find_first_not_of(" \t"), last = s.text.find_last_not_of(" \t");
+      dims.push_back({e.key, 0, s.text.substr(first, last - first + 1)});
+    } else {
+      r.fail(e.value, field,
+             fmt::format("expected a positive integer or an integer expression over other "
+                         "dims (like MAX_SEQS + 1), got {}",
+                         field_reader::describe(e.value)));
+    }
+    entries.push_back(std::move(entry));
   }
+  dim_resolver(dims, entries, r).resolve_all();
   return dims;
 }
 

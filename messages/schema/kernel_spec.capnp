@@ -39,7 +39,10 @@ struct Input {
 # A named dimension of a native spec (M, K, N, ...); shapes refer to it by name.
 struct NamedDim {
   name @0 :Text;
-  size @1 :Int64;
+  size @1 :Int64;             # a derived dim: its value at the full sizes
+  expression @2 :Text;        # "" for a literal size; else the integer expression over other
+                              # dims it is derived from (MAX_SEQS + 1): + - * // ( ), names,
+                              # integers. Reductions recompute it, never shrink it alone.
 }
 
 # One configuration of the task: its inputs and the reference's outputs.
