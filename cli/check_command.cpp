@@ -1,6 +1,7 @@
 #include "cli/check_command.hpp"
 
 #include "cli/check_report.hpp"
+#include "cli/kernel_file.hpp"
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
 #include "config/utf8_check.hpp"
@@ -24,35 +25,6 @@ namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-constexpr uint64_t max_kernel_bytes = 1 << 20;
-
-bool read_kernel(const std::string& path, std::string& source, std::string& error) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    error = path + ": no such kernel file";
-    return false;
-  }
-  if (fs::file_size(path, ec) > max_kernel_bytes) {
-    error = path + ": kernel file is larger than 1 MiB";
-    return false;
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) {
-    error = path + ": cannot read the kernel file";
-    return false;
-  }
-  source = ss.str();
-  // Python source must be UTF-8; the worker could not even decode the candidate otherwise.
-  if (auto problem = config::find_invalid_text(source, /*controls_allowed=*/true)) {
-    error = path + ":" + std::to_string(problem->line) + ":" + std::to_string(problem->column)
-            + ": " + problem->message;
-    return false;
-  }
-  return true;
-}
 
 // Phases of a later request replace those of an earlier one with the same phase.
 void merge_phases(schema::EvalResult::Builder into, schema::EvalResult::Reader from) {

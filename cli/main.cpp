@@ -1,6 +1,8 @@
 // The maxkernel program: parses the command line and runs one command.
+#include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/spec_command.hpp"
+#include "config/chip_names.hpp"
 #include "messages/version.hpp"
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,8 @@ int main(int argc, char** argv) {
   CLI::App app{"maxkernel: writes and optimizes Pallas TPU kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", maxkernel::messages::maxkernel_version());
+  // The chips are data (config/chips/*.yaml): a new generation is a new file.
+  const auto chips = maxkernel::config::chip_names();
 
   maxkernel::cli::check_options check;
   auto* check_cmd = app.add_subcommand(
@@ -21,7 +25,7 @@ int main(int argc, char** argv) {
   check_cmd->add_option("KERNEL", check.kernel, "kernel file defining workload(*inputs)");
   check_cmd->add_flag("--baseline", check.baseline, "check the spec's own baseline kernel");
   check_cmd->add_option("--chip", check.chip, "target chip (wins over the spec's)")
-    ->check(CLI::IsMember({"v4", "v5e", "v5p", "v6e", "v7x"}));
+    ->check(CLI::IsMember(chips));
   check_cmd->add_flag("--full", check.full, "test at the task's full shapes");
   check_cmd->add_option("--json", check.json, "write the result as JSON to FILE, or - for stdout");
   check_cmd->add_option("--seed", check.seeds, "seeds of the test inputs (repeatable)");
@@ -37,10 +41,26 @@ int main(int argc, char** argv) {
                        "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
     ->required();
   spec_cmd->add_option("--chip", spec.chip, "target chip (wins over the spec's)")
-    ->check(CLI::IsMember({"v4", "v5e", "v5p", "v6e", "v7x"}));
+    ->check(CLI::IsMember(chips));
   spec_cmd->add_option("--json", spec.json, "write the KernelSpec as JSON to FILE, or - for stdout");
   spec_cmd->add_option("--out", spec.out, "write the KernelSpec as binary Cap'n Proto to FILE");
   spec_cmd->add_option("--memory-limit", spec.memory_limit_bytes, "bytes the task's inputs may take")
+    ->check(CLI::PositiveNumber);
+
+  maxkernel::cli::calibrate_options calibrate;
+  auto* calibrate_cmd = app.add_subcommand(
+    "calibrate", "fit a chip's model constants to measured times and write the fitted chip file");
+  calibrate_cmd->add_option("MEASUREMENTS", calibrate.measurements,
+                            "CSV: spec, kernel (a file or 'reference'), chip, measured_us, source")
+    ->required();
+  calibrate_cmd->add_option("--chip", calibrate.chip, "the chip whose rows to fit")
+    ->required()
+    ->check(CLI::IsMember(chips));
+  calibrate_cmd->add_option("--out", calibrate.out,
+                            "fitted chip file (default ./<chip>.fitted.yaml)");
+  calibrate_cmd->add_option("--json", calibrate.json,
+                            "write the result as JSON to FILE, or - for stdout");
+  calibrate_cmd->add_option("--deadline", calibrate.deadline_seconds, "seconds per worker request")
     ->check(CLI::PositiveNumber);
 
   try {
@@ -59,6 +79,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_check(check);
     if (*spec_cmd)
       return maxkernel::cli::run_spec(spec);
+    if (*calibrate_cmd)
+      return maxkernel::cli::run_calibrate(calibrate);
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << e.what() << "\n";
     return 3;

@@ -1,0 +1,29 @@
+#include "cli/eval_request.hpp"
+
+#include "messages/content_hash.hpp"
+
+namespace maxkernel::cli {
+
+void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
+                        const std::string& source, const std::string& origin,
+                        const request_settings& settings) {
+  request.setSchemaVersion(schema::SCHEMA_VERSION);
+  request.setSpec(spec);
+  request.setReference(settings.reference);
+  auto candidate = request.initCandidate();
+  candidate.setSchemaVersion(schema::SCHEMA_VERSION);
+  candidate.setId(settings.reference ? "reference" : messages::sha256_hex(source));
+  candidate.setSource(source);
+  candidate.setOrigin(origin);
+  auto options = request.initOptions();
+  options.setFull(settings.full);
+  if (settings.chip.empty())
+    options.setChip(spec.getChip());
+  else
+    options.setChip(settings.chip);
+  auto seeds = options.initSeeds(static_cast<unsigned>(settings.seeds.size()));
+  for (unsigned i = 0; i < settings.seeds.size(); ++i)
+    seeds.set(i, settings.seeds[i]);
+}
+
+}  // namespace maxkernel::cli

@@ -1,0 +1,25 @@
+// An EvalRequest for one kernel source (or the spec's reference) against a spec.
+#pragma once
+
+#include "maxkernel/schema/eval.capnp.h"
+#include "maxkernel/schema/kernel_spec.capnp.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace maxkernel::cli {
+
+struct request_settings {
+  std::string chip;              // "" = the spec's
+  bool full = false;
+  std::vector<uint64_t> seeds;
+  bool reference = false;
+};
+
+// The candidate's id is the sha256 of its source; `origin` says where it came from.
+void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
+                        const std::string& source, const std::string& origin,
+                        const request_settings& settings);
+
+}  // namespace maxkernel::cli

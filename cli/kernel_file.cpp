@@ -1,0 +1,44 @@
+#include "cli/kernel_file.hpp"
+
+#include "config/utf8_check.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr uint64_t max_kernel_bytes = 1 << 20;
+}  // namespace
+
+bool read_kernel(const std::string& path, std::string& source, std::string& error) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    error = path + ": no such kernel file";
+    return false;
+  }
+  if (fs::file_size(path, ec) > max_kernel_bytes) {
+    error = path + ": kernel file is larger than 1 MiB";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in && !in.eof()) {
+    error = path + ": cannot read the kernel file";
+    return false;
+  }
+  source = ss.str();
+  // Python source must be UTF-8; the worker could not even decode the candidate otherwise.
+  if (auto problem = config::find_invalid_text(source, /*controls_allowed=*/true)) {
+    error = path + ":" + std::to_string(problem->line) + ":" + std::to_string(problem->column)
+            + ": " + problem->message;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace maxkernel::cli
