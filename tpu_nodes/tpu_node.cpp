@@ -78,9 +78,14 @@ std::string seconds_text(std::chrono::milliseconds d) {
   return text;
 }
 
+// The pool's budget for a request: what is left of its deadline plus a grace, so that the
+// requester always hears the node's timeout first and the worker kills a hung candidate
+// just after.
+constexpr std::chrono::milliseconds worker_grace{1'000};
+
 uint32_t budget_ms(node_actor* self, const pending_request& p) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - self->clock().now());
-  return static_cast<uint32_t>(std::clamp<int64_t>(left.count(), 1, UINT32_MAX));
+  return static_cast<uint32_t>(std::clamp<int64_t>((left + worker_grace).count(), 1, UINT32_MAX));
 }
 
 // A copy of `result` with the node's fields: its key, whether it came from the store, and
