@@ -28,6 +28,13 @@ the end, else by equal size. Per name:
     dims kept large, e.g. attention scores at S 4096 tiled by 2048), the leading (count) dims
     are planned again with a cap of 1 (relations above still hold) and that plan is taken if
     the reference runs on it and computes less.
+  * derived dims (NamedDim.expression, e.g. SEQ_BOUNDS = MAX_SEQS + 1) are never planned on
+    their own: the rules above plan the other dims, and each derived dim is recomputed from
+    them (task.reduced_dims; the result lists it when it changes). A derived dim may be the
+    divisor of a divisibility relation, never the dim raised to keep one. When a derived
+    value comes out illegal (below 1, above its full size, not on its block lattice, or
+    changed while frozen by a full block), the dims it is computed from are pinned at full
+    size and the plan is made again.
 
 JAXBench / MaxKernel tasks are reduced BY SIZE VALUE: {original dimension size: reduced size},
 every dim of size S gets the same r(S) <= S:
@@ -58,6 +65,7 @@ import math
 import jax
 import numpy as np
 
+from .dim_expression import DimError
 from .errors import WorkerError
 
 _UNBLOCKED_MIN = 1024
@@ -328,10 +336,47 @@ def _raise_to(v, full, bs, frozen, multiple_of=1):
     return full
 
 
+def _derived_values(task, plan):
+    """Every dim's value under `plan` (base dims), derived dims recomputed; None on a DimError,
+    with the derived dim that failed."""
+    try:
+        return task.derived.apply({**task.dims, **plan}), None
+    except DimError as e:
+        return None, e.dim
+
+
 def _native_plan(task, configuration, blocked, frozen, positions, level, leading_cap=_CAP_LEADING):
+    """{name: reduced size} for the dims that change, derived dims included (recomputed).
+
+    Derived dims are never planned: they follow the base dims they read. When one comes out
+    illegal (below 1, above its full size, off its block lattice, or changed while frozen),
+    the base dims it reads are pinned at full size and the plan is made again."""
+    derived = task.derived
+    pinned: set = set()
+    while True:
+        plan = _base_plan(task, configuration, blocked, frozen, positions, level, leading_cap, pinned)
+        values, bad = _derived_values(task, plan)
+        if bad is None:
+            bad = next((d for d in derived.order
+                        if not _allowed(values[d], task.dims[d], blocked.get(d), d in frozen)), None)
+        if bad is None:
+            return {n: v for n, v in values.items() if v != task.dims[n]}
+        more = derived.bases(bad) - pinned
+        if not more:   # cannot happen: pinned bases give the derived dim its full size
+            return {}
+        pinned |= more
+
+
+def _base_plan(task, configuration, blocked, frozen, positions, level, leading_cap, pinned):
     dims = task.dims
+    derived = task.derived
     plan = {}
     for name, full in dims.items():
+        if name in derived:
+            continue
+        if name in pinned:
+            plan[name] = full
+            continue
         where = positions.get(name, {"leading"})
         cap = (_CAP_LAST if "last" in where else _CAP_SECOND if "second" in where else leading_cap)
         plan[name] = _raise_to(min(full, cap * level), full, blocked.get(name), name in frozen)
@@ -340,16 +385,21 @@ def _native_plan(task, configuration, blocked, frozen, positions, level, leading
     statics = {a for a in task.abstract_args(configuration)
                if type(a) is int and a > 1}
     # only between dims in the same kind of position (heads and heads, not head_dim and seq):
-    # powers of two divide each other everywhere, and most of those relations mean nothing
+    # powers of two divide each other everywhere, and most of those relations mean nothing.
+    # A derived dim may be the divisor (at its recomputed value), never the one raised.
     pairs = [(a, b) for a in dims for b in dims
-             if dims[a] < dims[b] and dims[b] % dims[a] == 0
+             if b not in derived and dims[a] < dims[b] and dims[b] % dims[a] == 0
              and positions.get(a, {"leading"}) & positions.get(b, {"leading"})]
     counts = {n for n in dims if "leading" in positions.get(n, {"leading"})}
-    fixed = [(s, b) for s in statics for b in dims if s < dims[b] and dims[b] % s == 0]
+    fixed = [(s, b) for s in statics for b in dims
+             if b not in derived and s < dims[b] and dims[b] % s == 0]
     for _ in range(4 * len(dims) + 4):
         changed = False
-        for b_name, need in ([(b, (plan[a], (min(dims[b] // dims[a], 2) if a in counts and b in counts
-                                            else 1) * plan[a])) for a, b in pairs] +
+        values, _bad = _derived_values(task, plan)
+        if values is None:
+            break   # a derived dim fails here: _native_plan pins its bases
+        for b_name, need in ([(b, (values[a], (min(dims[b] // dims[a], 2) if a in counts and b in counts
+                                              else 1) * values[a])) for a, b in pairs] +
                              [(b, (s, s)) for s, b in fixed]):
             div, floor = need
             v = plan[b_name]
@@ -358,9 +408,12 @@ def _native_plan(task, configuration, blocked, frozen, positions, level, leading
             new = _raise_to(max(v, floor), dims[b_name], blocked.get(b_name), b_name in frozen, div)
             if new != v:
                 plan[b_name], changed = new, True
-        if not changed:
+                values, _bad = _derived_values(task, plan)
+                if values is None:
+                    break
+        if not changed or values is None:
             break
-    return {n: v for n, v in plan.items() if v != dims[n]}
+    return plan
 
 
 def _largest_value_bytes(jaxpr) -> int:
@@ -383,11 +436,11 @@ def _native_cost(task, configuration, plan):
     """The largest value the reference computes at the reduced dims (bytes), or None when
     the inputs cannot be drawn or the reference fails on them."""
     import functools
-    dims = {n: plan.get(n, s) for n, s in task.dims.items()}
     try:
+        dims = task.reduced_dims(plan)
         args = task.placeholder_args(configuration, 0, plan, draw_below=_DRAW_LIMIT)
     except Exception:
-        return False
+        return None
     static = set(task.static_argnums(configuration))
     ref = task.reference(configuration)
 

@@ -9,7 +9,9 @@ Native specs: each input's values come from its Generator (generators.py) seeded
 (seed, input index); `sizes` from reduction.py is {dim name: reduced size} (an int key, an
 original size, is still accepted and applies to every named dim of that size); every input's
 shape is rebuilt from its dimNames, code generators receive the reduced dims, so structural
-inputs drawn from the dims stay consistent. Literal (unnamed) axes keep their size.
+inputs drawn from the dims stay consistent. Literal (unnamed) axes keep their size. A derived
+dim (NamedDim.expression, e.g. SEQ_BOUNDS = MAX_SEQS + 1; dim_expression.py) is always
+recomputed from the dims it reads: `sizes` may name it only with that recomputed value.
 
 prefetch_args(configuration, seed): the full-size args extract needs to compute scalar-prefetch
 values. Those only depend on integer (structural) inputs, so a native task draws integer and
@@ -28,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import generators
+from .dim_expression import DerivedDims
 from .errors import WorkerError
 
 DEFAULT_TOLERANCE = 1e-2   # JAXBench's harness default, also used when a native spec gives none
@@ -93,7 +96,16 @@ class Task:
 class NativeTask(Task):
     def __init__(self, spec: dict):
         super().__init__(spec)
-        self.dims = {d["name"]: int(d["size"]) for d in spec.get("dims", [])}
+        dims = spec.get("dims", [])
+        given = {d["name"]: int(d.get("size", 0)) for d in dims}
+        # derived dims: evaluated here from the literal ones (and checked against `size`)
+        self.derived = DerivedDims({d["name"]: d["expression"] for d in dims
+                                    if (d.get("expression") or "").strip()}, given)
+        self.dims = self.derived.apply(given)
+        for name in self.derived.order:
+            if given[name] not in (0, self.dims[name]):
+                raise WorkerError("badInput", f"{self.name}: dim {name} has size {given[name]}, but "
+                                              f"{self.derived.expressions[name]} = {self.dims[name]}")
         self._reference_fn = None
         self.plans: dict = {}   # reduction.py's validated plans, by configuration and blocks
 
@@ -146,9 +158,19 @@ class NativeTask(Task):
         return out
 
     def reduced_dims(self, sizes: dict | None) -> dict:
-        """name -> size with `sizes` applied (keys: dim names, or original sizes)."""
+        """name -> size with `sizes` applied (keys: dim names, or original sizes) to the dims
+        that are not derived; derived dims are recomputed from those (a DimError when one is
+        not positive), and a derived dim `sizes` names must have that value."""
         sizes = sizes or {}
-        return {n: int(sizes.get(n, sizes.get(s, s))) for n, s in self.dims.items()}
+        base = {n: s if n in self.derived else int(sizes.get(n, sizes.get(s, s)))
+                for n, s in self.dims.items()}
+        out = self.derived.apply(base)
+        for name in self.derived.order:
+            if name in sizes and int(sizes[name]) != out[name]:
+                raise WorkerError("internal", f"{self.name}: sizes give derived dim {name} = "
+                                              f"{sizes[name]}, but {self.derived.expressions[name]} "
+                                              f"= {out[name]} there")
+        return out
 
     def make_args(self, configuration: int, seed: int, sizes: dict | None = None,
                   redraw_normal: bool = False) -> list:
