@@ -34,7 +34,7 @@ int trace_row(const measurement_row& row, tpu_nodes::worker_client& worker,
     error = where + ": spec: " + error;
     return 2;
   }
-  auto loaded = load_spec(row.spec, kind, row.chip, 8ull << 30, &worker);
+  auto loaded = load_spec(row.spec, kind, row.chip, 8ull << 30, worker_task_loader(worker, 8ull << 30));
   if (loaded.exit_code != 0) {
     error = where + ": spec: " + loaded.error;
     return loaded.exit_code;

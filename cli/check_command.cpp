@@ -1,23 +1,20 @@
 #include "cli/check_command.hpp"
 
 #include "cli/check_report.hpp"
+#include "cli/eval_request.hpp"
 #include "cli/kernel_file.hpp"
+#include "cli/node_session.hpp"
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
-#include "config/utf8_check.hpp"
 #include "messages/capnp_io.hpp"
-#include "messages/content_hash.hpp"
-#include "tpu_nodes/worker_client.hpp"
 
 #include <capnp/message.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <optional>
 
 namespace maxkernel::cli {
 
@@ -26,47 +23,39 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// Phases of a later request replace those of an earlier one with the same phase.
-void merge_phases(schema::EvalResult::Builder into, schema::EvalResult::Reader from) {
-  struct phase_copy {
-    schema::Phase phase;
-    schema::Status status;
-    schema::ErrorClass error_class;
-    std::string message;
-    double seconds;
-  };
-  std::vector<phase_copy> phases;
-  auto copy_of = [](schema::PhaseResult::Reader p) {
-    return phase_copy{p.getPhase(), p.getStatus(), p.getErrorClass(), p.getMessage().cStr(),
-                      p.getSeconds()};
-  };
-  for (auto p : into.asReader().getPhases())
-    phases.push_back(copy_of(p));
-  for (auto q : from.getPhases()) {
-    auto same = std::find_if(phases.begin(), phases.end(),
-                             [&](const phase_copy& p) { return p.phase == q.getPhase(); });
-    if (same != phases.end())
-      *same = copy_of(q);
-    else
-      phases.push_back(copy_of(q));
+struct evaluated {
+  std::optional<messages::decoded_message> message;
+  int exit_code = 0;
+  std::string error;
+  schema::EvalResult::Reader result() { return message->root<schema::EvalResult>(); }
+};
+
+evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
+                   const std::string& source, const std::string& origin,
+                   const request_settings& settings) {
+  capnp::MallocMessageBuilder msg;
+  build_eval_request(msg.initRoot<schema::EvalRequest>(), spec, source, origin, settings);
+  evaluated out;
+  auto answer = session.evaluate(messages::encode(msg));
+  if (answer.exit_code != 0) {
+    out.exit_code = answer.exit_code;
+    out.error = answer.error;
+    return out;
   }
-  auto list = into.initPhases(phases.size());
-  for (size_t i = 0; i < phases.size(); ++i) {
-    list[i].setPhase(phases[i].phase);
-    list[i].setStatus(phases[i].status);
-    list[i].setErrorClass(phases[i].error_class);
-    list[i].setMessage(phases[i].message);
-    list[i].setSeconds(phases[i].seconds);
+  out.message = messages::decode<schema::EvalResult>(answer.bytes, out.error);
+  if (!out.message) {
+    out.exit_code = 3;
+    out.error = "the TPU node sent a bad result: " + out.error;
   }
+  return out;
 }
 
-// Whether a phase that decides correctness (load, lower, test) failed. A failed profile
-// (structure extraction, timing) is reported but does not make a kernel incorrect.
-bool phase_failed(schema::EvalResult::Reader r) {
+// Why a reference evaluation has no time, from its failed phase.
+std::string failure_of(schema::EvalResult::Reader r) {
   for (auto p : r.getPhases())
-    if (p.getStatus() == schema::Status::FAILED && p.getPhase() != schema::Phase::PROFILE)
-      return true;
-  return false;
+    if (p.getStatus() == schema::Status::FAILED)
+      return p.getMessage().cStr();
+  return "no profile";
 }
 
 }  // namespace
@@ -83,7 +72,7 @@ int run_check(const check_options& opts) {
   }
   std::string kernel_path = opts.kernel;
   std::string source;
-  if (!opts.baseline && !read_kernel(kernel_path, source, error)) {
+  if (!opts.baseline && !opts.reference_only && !read_kernel(kernel_path, source, error)) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
@@ -95,22 +84,35 @@ int run_check(const check_options& opts) {
   // Native specs are validated before the worker starts: bad input never waits for JAX.
   spec_outcome spec_loaded;
   if (kind == spec_kind::native) {
-    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, nullptr);
+    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, {});
     if (spec_loaded.exit_code != 0) {
       std::cerr << "error: " << spec_loaded.error << "\n";
       return spec_loaded.exit_code;
     }
   }
+  std::string chip = opts.chip;
+  if (chip.empty() && kind == spec_kind::native) {
+    auto m = messages::decode<schema::KernelSpec>(spec_loaded.spec_bytes, error);
+    chip = m->root<schema::KernelSpec>().getChip().cStr();
+  }
 
-  auto wopts = tpu_nodes::worker_options::defaults();
-  wopts.memory_limit_bytes = opts.memory_limit_bytes;
-  tpu_nodes::worker_client worker(wopts);
-  if (!worker.start(error)) {
+  session_options sopts;
+  sopts.chip = chip;
+  sopts.state_dir = opts.state_dir;
+  sopts.use_store = !opts.no_store;
+  sopts.memory_limit_bytes = opts.memory_limit_bytes;
+  sopts.deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
+  node_session session(sopts);
+  if (!session.start(error)) {
     std::cerr << "error: " << error << "\n";
     return 3;
   }
   if (kind != spec_kind::native) {
-    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, &worker);
+    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes,
+                            [&](const std::string& path) {
+                              auto a = session.load_task(path);
+                              return spec_outcome{a.exit_code, a.error, a.bytes};
+                            });
     if (spec_loaded.exit_code != 0) {
       std::cerr << "error: " << spec_loaded.error << "\n";
       return spec_loaded.exit_code;
@@ -130,100 +132,55 @@ int run_check(const check_options& opts) {
     }
   }
 
-  capnp::MallocMessageBuilder request_msg;
-  auto request = request_msg.initRoot<schema::EvalRequest>();
-  request.setSchemaVersion(schema::SCHEMA_VERSION);
-  request.setSpec(spec);
-  auto candidate = request.initCandidate();
-  candidate.setSchemaVersion(schema::SCHEMA_VERSION);
-  candidate.setId(messages::sha256_hex(source));
-  candidate.setSource(source);
-  candidate.setOrigin(fs::absolute(kernel_path).string());
-  auto options = request.initOptions();
-  options.setFull(opts.full);
-  options.setChip(spec.getChip());
-  auto seeds = options.initSeeds(opts.seeds.size());
-  for (size_t i = 0; i < opts.seeds.size(); ++i)
-    seeds.set(i, opts.seeds[i]);
-
-  auto deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
-  capnp::MallocMessageBuilder result_msg;
-  auto result = result_msg.initRoot<schema::EvalResult>();
-  result.setSchemaVersion(schema::SCHEMA_VERSION);
-  result.setCandidateId(candidate.getId());
-
-  // Each step answers an EvalResult; its phases are merged into one.
-  auto step = [&](tpu_nodes::eval_kind step_kind, bool& request_error) {
-    auto answer = worker.evaluate(step_kind, request.asReader(), deadline);
-    if (!answer.ok) {
-      request_error = true;
-      std::cerr << "error: " << tpu_nodes::to_string(step_kind) << ": " << answer.message << "\n";
-      return answer.error_class == schema::ErrorClass::BAD_INPUT
-                 || answer.error_class == schema::ErrorClass::TOO_LARGE
-               ? 2
-               : 3;
-    }
-    std::string err;
-    auto decoded = messages::decode<schema::EvalResult>(answer.bytes, err);
-    if (!decoded) {
-      request_error = true;
-      std::cerr << "error: the worker sent a bad result: " << err << "\n";
-      return 3;
-    }
-    auto r = decoded->root<schema::EvalResult>();
-    merge_phases(result, r);
-    if (r.getHasStructure()) {
-      result.setStructure(r.getStructure());
-      result.setHasStructure(true);
-    }
-    if (r.hasTest() && r.getTest().getCases().size() > 0)
-      result.setTest(r.getTest());
-    if (r.getHasProfile()) {
-      result.setProfile(r.getProfile());
-      result.setHasProfile(true);
-    }
-    if (step_kind == tpu_nodes::eval_kind::test)
-      result.setCorrect(r.getCorrect());
-    return 0;
-  };
-
-  bool request_error = false;
-  int code = step(tpu_nodes::eval_kind::lower, request_error);
-  if (request_error)
-    return code;
-  bool lowered = !phase_failed(result.asReader());
-  if (lowered) {
-    code = step(tpu_nodes::eval_kind::extract, request_error);
-    if (request_error)
-      return code;
-  }
-  if (lowered) {
-    code = step(tpu_nodes::eval_kind::test, request_error);
-    if (request_error)
-      return code;
-    if (phase_failed(result.asReader()))
-      result.setCorrect(false);
-  }
-  if (lowered && worker.description().platform == "tpu") {
-    code = step(tpu_nodes::eval_kind::time, request_error);
-    if (request_error)
-      return code;
-  }
-
+  request_settings settings{.chip = spec.getChip().cStr(), .full = opts.full, .seeds = opts.seeds};
   check_context ctx;
-  ctx.kernel_path = kernel_path;
-  ctx.backend = worker.description().platform == "tpu" ? "jax-tpu" : "jax-cpu";
-  ctx.jax_version = worker.description().jax_version;
-  ctx.sandbox = worker.description().sandbox;
+  evaluated candidate;
+  if (!opts.reference_only) {
+    candidate = evaluate(session, spec, source, fs::absolute(kernel_path).string(), settings);
+    if (candidate.exit_code != 0) {
+      std::cerr << "error: " << candidate.error << "\n";
+      return candidate.exit_code;
+    }
+    ++ctx.evaluations;
+    ctx.cache_hits += candidate.result().getCached() ? 1 : 0;
+  }
+  // The reference is priced (or timed) like any program: XLA's, from its dataflow graph.
+  settings.reference = true;
+  auto reference = evaluate(session, spec, "", "reference", settings);
+  if (reference.exit_code != 0) {
+    if (opts.reference_only) {
+      std::cerr << "error: " << reference.error << "\n";
+      return reference.exit_code;
+    }
+    ctx.reference_error = reference.error;
+  }
+  std::optional<schema::Profile::Reader> reference_profile;
+  if (reference.message) {
+    ++ctx.evaluations;
+    ctx.cache_hits += reference.result().getCached() ? 1 : 0;
+    if (reference.result().getHasProfile())
+      reference_profile = reference.result().getProfile();
+    else
+      ctx.reference_error = failure_of(reference.result());
+  }
+
+  ctx.kernel_path = opts.reference_only ? "reference" : kernel_path;
+  ctx.reference_only = opts.reference_only;
+  ctx.reference = reference_profile ? &*reference_profile : nullptr;
+  ctx.backend = session.backend();
+  ctx.jax_version = session.jax_version();
   ctx.seed = opts.seeds.empty() ? 0 : opts.seeds.front();
   ctx.wall_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
-  human << check_summary(spec, result.asReader(), ctx) << std::flush;
+  auto shown = opts.reference_only ? reference.result() : candidate.result();
+  human << check_summary(spec, shown, ctx) << std::flush;
   if (!opts.json.empty()
-      && !write_output(opts.json, check_json(spec, result.asReader(), ctx).dump(2) + "\n", error)) {
+      && !write_output(opts.json, check_json(spec, shown, ctx).dump(2) + "\n", error)) {
     std::cerr << "error: " << error << "\n";
     return 3;
   }
-  return result.getCorrect() ? 0 : 1;
+  if (opts.reference_only)
+    return reference_profile ? 0 : 3;
+  return shown.getCorrect() ? 0 : 1;
 }
 
 }  // namespace maxkernel::cli

@@ -16,6 +16,9 @@ struct check_options {
   std::vector<uint64_t> seeds;
   double deadline_seconds = 600;  // per worker request
   uint64_t memory_limit_bytes = 8ull << 30;
+  bool reference_only = false;   // model (or time) the spec's reference alone
+  std::string state_dir;         // "" = the default state directory (evaluation store)
+  bool no_store = false;         // neither read nor record the evaluation store
 };
 
 // Returns the process exit code (ARCHITECTURE.md, "Contracts").

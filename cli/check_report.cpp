@@ -1,5 +1,6 @@
 #include "cli/check_report.hpp"
 
+#include "cli/profile_report.hpp"
 #include "messages/version.hpp"
 
 #include <capnp/schema.h>
@@ -76,29 +77,38 @@ nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::R
       calls.push_back({{"name", call.getName().cStr()}, {"grid", grid}, {"operands", blocks}});
     }
   }
-  bool measured = result.getHasProfile() && result.getProfile().getTiming() == schema::Timing::MEASURED;
-  double time_us = result.getHasProfile() ? result.getProfile().getTimeUs() : 0;
+  bool timed = result.getHasProfile();
+  double time_us = timed ? result.getProfile().getTimeUs() : 0;
+  double reference_us = ctx.reference ? ctx.reference->getTimeUs() : 0;
+  json speedup = timed && reference_us > 0 && time_us > 0 && !ctx.reference_only
+                   ? json(reference_us / time_us)
+                   : json(nullptr);
+  double roofline = timed ? result.getProfile().getRooflineUs() : 0;
   return json{
     {"schema", 1},
     {"command", "check"},
     {"task", spec.getName().cStr()},
     {"spec_format", enum_name(spec.getFormat())},
     {"kernel", ctx.kernel_path},
-    {"mode", "check"},
-    {"chip", spec.getChip().cStr()},
+    {"mode", ctx.reference_only ? "reference" : "check"},
+    {"chip", timed ? result.getProfile().getChip().cStr() : spec.getChip().cStr()},
     {"backend", ctx.backend},
-    {"timing", result.getHasProfile() ? json(measured ? "measured" : "modeled") : json(nullptr)},
+    {"timing", timed ? json(timing_name(result.getProfile())) : json(nullptr)},
     {"correct", result.getCorrect()},
     {"fallback_to_reference", false},
-    {"kernel_time_us", nullable(time_us)},
-    {"reference_time_us", nullptr},
+    {"kernel_time_us", ctx.reference_only ? json(nullptr) : nullable(time_us)},
+    {"reference_time_us", nullable(reference_us)},
+    {"reference_error", ctx.reference_error.empty() ? json(nullptr) : json(ctx.reference_error)},
     {"baseline_time_us", nullptr},
-    {"speedup_vs_reference", nullptr},
+    {"speedup_vs_reference", speedup},
     {"speedup_vs_baseline", nullptr},
-    {"roofline_time_us", nullptr},
-    {"roofline_fraction", nullptr},
-    {"evaluations", 1},
-    {"cache_hits", 0},
+    {"roofline_time_us", nullable(roofline)},
+    {"roofline_fraction", roofline > 0 && time_us > 0 ? json(roofline / time_us) : json(nullptr)},
+    {"profile", timed ? profile_json(result.getProfile()) : json(nullptr)},
+    {"reference_profile", ctx.reference && !ctx.reference_only ? profile_json(*ctx.reference)
+                                                               : json(nullptr)},
+    {"evaluations", ctx.evaluations},
+    {"cache_hits", ctx.cache_hits},
     {"failures", failures},
     {"wall_seconds", ctx.wall_seconds},
     {"tokens", {{"prompt", 0}, {"completion", 0}}},
@@ -161,13 +171,26 @@ std::string check_summary(schema::KernelSpec::Reader spec, schema::EvalResult::R
     out += fmt::format("  note: {}\n", n.cStr());
   if (result.getHasProfile()) {
     auto p = result.getProfile();
-    out += fmt::format("  time {:.2f} us ({})\n", p.getTimeUs(),
-                       p.getTiming() == schema::Timing::MEASURED ? "measured" : "modeled");
+    out += ctx.reference_only ? "  reference (XLA):\n" : "  kernel:\n";
+    out += profile_summary(p, "    ");
+    if (ctx.reference && !ctx.reference_only && p.getTimeUs() > 0)
+      out += fmt::format("  reference (XLA) {:.2f} us ({}): speedup {:.2f}x\n",
+                         ctx.reference->getTimeUs(), timing_name(*ctx.reference),
+                         ctx.reference->getTimeUs() / p.getTimeUs());
   } else {
-    out += "  time: not available (backend " + ctx.backend + "; the TPU model is not built yet)\n";
+    out += "  time: not available (the kernel did not lower)\n";
   }
-  out += fmt::format("{}  ({:.1f} s)\n", result.getCorrect() ? "CORRECT" : "NOT CORRECT",
-                     ctx.wall_seconds);
+  if (!ctx.reference_error.empty())
+    out += "  reference time: not available: " + ctx.reference_error + "\n";
+  if (ctx.cache_hits > 0)
+    out += fmt::format("  {} of {} evaluations answered from the evaluation store\n",
+                       ctx.cache_hits, ctx.evaluations);
+  if (ctx.reference_only)
+    out += fmt::format("{}  ({:.1f} s)\n", result.getHasProfile() ? "REFERENCE TIMED" : "NO TIME",
+                       ctx.wall_seconds);
+  else
+    out += fmt::format("{}  ({:.1f} s)\n", result.getCorrect() ? "CORRECT" : "NOT CORRECT",
+                       ctx.wall_seconds);
   return out;
 }
 

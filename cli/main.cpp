@@ -27,6 +27,13 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--chip", check.chip, "target chip (wins over the spec's)")
     ->check(CLI::IsMember(chips));
   check_cmd->add_flag("--full", check.full, "test at the task's full shapes");
+  check_cmd->add_flag("--reference-only", check.reference_only,
+                      "model (or time) the spec's reference alone");
+  check_cmd->add_option("--state-dir", check.state_dir,
+                        "where the evaluation store lives (default: $MAXKERNEL_STATE_DIR, else "
+                        "$XDG_STATE_HOME/maxkernel, else ~/.local/state/maxkernel)");
+  check_cmd->add_flag("--no-store", check.no_store,
+                      "neither answer from nor record in the evaluation store");
   check_cmd->add_option("--json", check.json, "write the result as JSON to FILE, or - for stdout");
   check_cmd->add_option("--seed", check.seeds, "seeds of the test inputs (repeatable)");
   check_cmd->add_option("--deadline", check.deadline_seconds, "seconds per worker request")
@@ -70,8 +77,10 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (*check_cmd && check.kernel.empty() == !check.baseline) {
-    std::cerr << "check: give either KERNEL or --baseline\n";
+  if (*check_cmd && (check.kernel.empty() ? 0 : 1) + (check.baseline ? 1 : 0)
+                         + (check.reference_only ? 1 : 0)
+                       != 1) {
+    std::cerr << "check: give exactly one of KERNEL, --baseline or --reference-only\n";
     return 2;
   }
   try {

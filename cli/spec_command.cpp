@@ -108,7 +108,8 @@ int run_spec(const spec_options& opts) {
       return 3;
     }
   }
-  auto loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, worker.get());
+  auto loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes,
+                          worker ? worker_task_loader(*worker, opts.memory_limit_bytes) : task_loader{});
   if (loaded.exit_code != 0) {
     std::cerr << "error: " << loaded.error << "\n";
     return loaded.exit_code;

@@ -40,8 +40,24 @@ spec_kind classify_spec(const std::string& path, std::string& error) {
   return spec_kind::invalid;
 }
 
+task_loader worker_task_loader(tpu_nodes::worker_client& worker, uint64_t memory_limit_bytes) {
+  return [&worker, memory_limit_bytes](const std::string& path) {
+    spec_outcome out;
+    auto loaded = worker.load_task(path, memory_limit_bytes, 120s);
+    if (!loaded.ok) {
+      bool bad = loaded.error_class == schema::ErrorClass::BAD_INPUT
+                 || loaded.error_class == schema::ErrorClass::TOO_LARGE;
+      out.exit_code = bad ? 2 : 3;
+      out.error = loaded.message;
+      return out;
+    }
+    out.spec_bytes = std::move(loaded.bytes);
+    return out;
+  };
+}
+
 spec_outcome load_spec(const std::string& path, spec_kind kind, const std::string& chip_override,
-                       uint64_t memory_limit_bytes, tpu_nodes::worker_client* worker) {
+                       uint64_t memory_limit_bytes, const task_loader& load_task) {
   spec_outcome out;
   capnp::MallocMessageBuilder msg;
   auto spec = msg.initRoot<schema::KernelSpec>();
@@ -56,16 +72,11 @@ spec_outcome load_spec(const std::string& path, spec_kind kind, const std::strin
       return out;
     }
   } else {
-    auto loaded = worker->load_task(fs::absolute(path).string(), memory_limit_bytes, 120s);
-    if (!loaded.ok) {
-      bool bad = loaded.error_class == schema::ErrorClass::BAD_INPUT
-                 || loaded.error_class == schema::ErrorClass::TOO_LARGE;
-      out.exit_code = bad ? 2 : 3;
-      out.error = loaded.message;
-      return out;
-    }
+    auto loaded = load_task(fs::absolute(path).string());
+    if (loaded.exit_code != 0)
+      return loaded;
     std::string err;
-    auto decoded = messages::decode<schema::KernelSpec>(loaded.bytes, err);
+    auto decoded = messages::decode<schema::KernelSpec>(loaded.spec_bytes, err);
     if (!decoded) {
       out.exit_code = 3;
       out.error = "the worker sent a bad spec: " + err;

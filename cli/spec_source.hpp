@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace maxkernel::tpu_nodes {
@@ -23,9 +24,17 @@ struct spec_outcome {
   std::string spec_bytes;  // an encoded KernelSpec
 };
 
-// Loads the spec; the worker reads task directories (they are Python). `chip_override`
-// (the command line's --chip) wins over the spec; without either the chip is v6e.
+// Reads a task directory (absolute path) into an encoded KernelSpec: a JAX worker's job,
+// since task directories are Python. Answers exit_code 0 and the bytes, or 2/3 and why.
+using task_loader = std::function<spec_outcome(const std::string& absolute_path)>;
+
+// A task_loader over one JAX worker client.
+task_loader worker_task_loader(tpu_nodes::worker_client& worker, uint64_t memory_limit_bytes);
+
+// Loads the spec; `load_task` reads task directories (never called for native specs).
+// `chip_override` (the command line's --chip) wins over the spec; without either the chip is
+// v6e.
 spec_outcome load_spec(const std::string& path, spec_kind kind, const std::string& chip_override,
-                       uint64_t memory_limit_bytes, tpu_nodes::worker_client* worker);
+                       uint64_t memory_limit_bytes, const task_loader& load_task);
 
 }  // namespace maxkernel::cli

@@ -1,0 +1,142 @@
+#include "cli/node_session.hpp"
+
+#include "maxkernel/schema/node_info.capnp.h"
+#include "messages/error.hpp"
+#include "messages/payload_codec.hpp"
+#include "messages/type_registry.hpp"
+#include "search/evaluation_store.hpp"
+#include "search/state_dir.hpp"
+#include "tpu_nodes/pool_config.hpp"
+#include "tpu_nodes/tpu_node.hpp"
+#include "tpu_nodes/worker_pool.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <thread>
+
+namespace maxkernel::cli {
+
+struct node_session::impl {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<search::evaluation_store> store;
+  messages::worker_pool_actor pool;
+  messages::tpu_node_actor node;
+};
+
+namespace {
+
+int exit_code_of(const caf::error& e) {
+  return messages::exit_code_for(messages::code_of(e));
+}
+
+}  // namespace
+
+node_session::node_session(session_options opts)
+    : impl_(std::make_unique<impl>()), opts_(std::move(opts)) {}
+
+node_session::~node_session() {
+  if (impl_->sys) {
+    caf::scoped_actor self{*impl_->sys};
+    self->send_exit(impl_->node, caf::exit_reason::user_shutdown);
+    self->send_exit(impl_->pool, caf::exit_reason::user_shutdown);
+  }
+}
+
+bool node_session::start(std::string& error) {
+  backend_ = tpu_nodes::tpu_chips_on_host() > 0 ? "jax-tpu" : "model";
+  if (opts_.use_store) {
+    auto dir = opts_.state_dir.empty() ? search::default_state_dir() : opts_.state_dir;
+    store_path_ = search::default_store_path(dir);
+    impl_->store = search::evaluation_store::open(store_path_, error);
+    if (!impl_->store)
+      return false;
+  }
+  messages::register_types(impl_->cfg);
+  impl_->sys = std::make_unique<caf::actor_system>(impl_->cfg);
+  tpu_nodes::pool_config pc;
+  pc.backend = backend_;
+  pc.workers = 1;
+  pc.worker.memory_limit_bytes = opts_.memory_limit_bytes;
+  impl_->pool = tpu_nodes::spawn_worker_pool(*impl_->sys, pc);
+  tpu_nodes::node_config nc;
+  nc.node_id = "local:0";
+  nc.chip = opts_.chip.empty() ? "v6e" : opts_.chip;
+  nc.backend = backend_;
+  nc.queue_capacity = 4;
+  nc.default_deadline = opts_.deadline;
+  nc.store = impl_->store.get();
+  impl_->node = tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool);
+
+  // Wait for the worker: the node reports its JAX version once one has started.
+  caf::scoped_actor self{*impl_->sys};
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  while (std::chrono::steady_clock::now() < give_up) {
+    bool done = false;
+    self->request(impl_->node, std::chrono::seconds(30), messages::info_atom::value)
+      .receive(
+        [&](messages::payload& p) {
+          auto msg = messages::open_payload<schema::NodeInfo>(p, error);
+          if (!msg)
+            return;
+          auto info = msg->root<schema::NodeInfo>();
+          if (info.getJaxVersion().size() > 0) {
+            jax_version_ = info.getJaxVersion().cStr();
+            done = true;
+          } else if (info.getWorkersRestarting() > 0) {
+            for (auto w : info.getWorkerStates())
+              if (w.getStartFailures() > 0) {
+                error = "the JAX worker does not start: " + std::string(w.getLastError().cStr());
+                done = true;
+              }
+          }
+        },
+        [&](caf::error& e) {
+          error = "the TPU node does not answer: " + caf::to_string(e);
+          done = true;
+        });
+    if (done)
+      return !jax_version_.empty();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  error = "the JAX worker did not start within 3 minutes";
+  return false;
+}
+
+namespace {
+
+template <class... Args>
+session_answer ask(caf::actor_system& sys, const messages::tpu_node_actor& node,
+                   std::chrono::milliseconds deadline, Args&&... args) {
+  session_answer answer;
+  caf::scoped_actor self{sys};
+  // The node enforces the deadline; the margin only guards against a node that vanished.
+  self->request(node, deadline + std::chrono::seconds(30), std::forward<Args>(args)...)
+    .receive([&](messages::payload& p) { answer.bytes = std::move(p.bytes); },
+             [&](caf::error& e) {
+               answer.exit_code = exit_code_of(e);
+               answer.error = messages::message_of(e);
+             });
+  if (answer.exit_code == 0 && answer.bytes.empty()) {
+    answer.exit_code = 3;
+    answer.error = "the TPU node sent an empty answer";
+  }
+  return answer;
+}
+
+}  // namespace
+
+session_answer node_session::evaluate(const std::string& request) {
+  messages::payload p{capnp::typeId<schema::EvalRequest>(), request};
+  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::evaluate_atom::value,
+             std::move(p), static_cast<uint32_t>(opts_.deadline.count()));
+}
+
+session_answer node_session::load_task(const std::string& path) {
+  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::load_atom::value, path);
+}
+
+}  // namespace maxkernel::cli
