@@ -1,7 +1,7 @@
 #include "cli/check_command.hpp"
 
 #include "cli/check_report.hpp"
-#include "cli/eval_request.hpp"
+#include "cli/node_evaluation.hpp"
 #include "cli/kernel_file.hpp"
 #include "cli/node_session.hpp"
 #include "cli/output_file.hpp"
@@ -20,45 +20,6 @@ namespace maxkernel::cli {
 
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
-
-namespace {
-
-struct evaluated {
-  std::optional<messages::decoded_message> message;
-  int exit_code = 0;
-  std::string error;
-  schema::EvalResult::Reader result() { return message->root<schema::EvalResult>(); }
-};
-
-evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
-                   const std::string& source, const std::string& origin,
-                   const request_settings& settings) {
-  capnp::MallocMessageBuilder msg;
-  build_eval_request(msg.initRoot<schema::EvalRequest>(), spec, source, origin, settings);
-  evaluated out;
-  auto answer = session.evaluate(messages::encode(msg));
-  if (answer.exit_code != 0) {
-    out.exit_code = answer.exit_code;
-    out.error = answer.error;
-    return out;
-  }
-  out.message = messages::decode<schema::EvalResult>(answer.bytes, out.error);
-  if (!out.message) {
-    out.exit_code = 3;
-    out.error = "the TPU node sent a bad result: " + out.error;
-  }
-  return out;
-}
-
-// Why a reference evaluation has no time, from its failed phase.
-std::string failure_of(schema::EvalResult::Reader r) {
-  for (auto p : r.getPhases())
-    if (p.getStatus() == schema::Status::FAILED)
-      return p.getMessage().cStr();
-  return "no profile";
-}
-
-}  // namespace
 
 int run_check(const check_options& opts) {
   auto started = clock_type::now();

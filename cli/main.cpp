@@ -1,6 +1,7 @@
 // The maxkernel program: parses the command line and runs one command.
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
+#include "cli/model_command.hpp"
 #include "cli/spec_command.hpp"
 #include "config/chip_names.hpp"
 #include "messages/version.hpp"
@@ -70,6 +71,24 @@ int main(int argc, char** argv) {
   calibrate_cmd->add_option("--deadline", calibrate.deadline_seconds, "seconds per worker request")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::model_options model;
+  auto* model_cmd = app.add_subcommand(
+    "model", "the kernel's and the reference's modeled time and profile on several chips");
+  model_cmd->add_option("SPEC", model.spec,
+                        "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  model_cmd->add_option("KERNEL", model.kernel, "kernel file defining workload(*inputs)")
+    ->required();
+  model_cmd->add_option("--chip", model.chips, "chips, comma-separated (default: the spec's)")
+    ->delimiter(',')
+    ->check(CLI::IsMember(chips));
+  model_cmd->add_option("--json", model.json, "write the result as JSON to FILE, or - for stdout");
+  model_cmd->add_option("--state-dir", model.state_dir, "where the evaluation store lives");
+  model_cmd->add_flag("--no-store", model.no_store,
+                      "neither answer from nor record in the evaluation store");
+  model_cmd->add_option("--deadline", model.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +107,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_check(check);
     if (*spec_cmd)
       return maxkernel::cli::run_spec(spec);
+    if (*model_cmd)
+      return maxkernel::cli::run_model(model);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
   } catch (const std::exception& e) {
