@@ -6,11 +6,14 @@ the whole grid, so a grid of a million steps costs the same as a small one. Data
 maps (scalar prefetch: page tables, group offsets) are evaluated on the task's own prefetch
 values, computed by evaluating only the slice of the program that produces them.
 
-Per-step work comes from walking the kernel body once: loops with static trip counts multiply
-what they contain, a cond (pl.when) counts its most expensive branch on every step (an upper
-bound: init/finalize branches, causal block skipping and prefetch-next DMAs are all counted
-each step), a loop whose trip count only the data knows counts once and is named in
-unknownPrimitives, as is every primitive no cost rule prices.
+Per-step work is the average over the grid, from walking the kernel body once: loops with
+static trip counts multiply what they contain; each branch of a cond (pl.when) whose predicate
+follows from program ids, grid sizes, constants and scalar-prefetch tables is weighted by the
+share of grid steps taking it (init/finalize branches, causal block skipping, block-sparse
+masks), evaluated on every grid point or on a fixed sample of MAX_WHEN_POINTS; a cond on data
+counts its most expensive branch on every step (an upper bound) and a loop whose trip count
+only the data knows counts once: both are named in unknownPrimitives, as is every primitive no
+cost rule prices.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from .analyze import (DMA_START, REF_ACCESS, UNKNOWN, Walker, aval_of, has_cost_rule, itemsize,
-                      nbytes, pallas_name, sub_jaxprs, tensor_type, trace)
+from .analyze import (DMA_START, REF_ACCESS, Walker, aval_of, has_cost_rule, itemsize, nbytes,
+                      pallas_name, sub_jaxprs, tensor_type, trace)
 from .errors import WorkerError
 
 SCHEMA_VERSION = 1
 MAX_SAMPLES_PER_AXIS = 4096   # index-map evaluations per grid axis (all base points together)
 UNKNOWN_AXIS_SAMPLES = 8      # positions sampled along a dynamic axis of unknown size
 DEFAULT_BUFFERING = 2         # pallas_call double-buffers every pipelined block
+MAX_WHEN_POINTS = 4096        # grid points a cond predicate is evaluated on (all when fewer)
+WHEN_SEED = 0                 # the sample of a bigger grid is the same on every run
+COND_UNKNOWN = "cond (branch frequency unknown, counted every step)"
 
 _MEMORY_SPACES = {"default": "vmem", "vmem": "vmem", "vmem_shared": "vmem", "smem": "smem",
                   "any": "any", "hbm": "hbm", "semaphore_mem": "semaphore",
@@ -133,9 +139,22 @@ def _pallas_call(eqn, refs, count, evaluable, values) -> dict:
     scratch = [{"type": tensor_type(a), "memorySpace": _memory_space(a), "bytes": nbytes(a)}
                for a in gm.scratch_avals]
 
-    body = Walker()
+    # Prefetch tables a cond predicate reads: those computed above, else computed on demand.
+    tried = evaluable and (n_dyn or any(uses))
+    fetched = {}
+
+    def body_prefetch():
+        if "v" not in fetched:
+            v = vals if tried or not evaluable else values.get(dyn_refs + idx_refs)
+            fetched["v"] = v if isinstance(v, _Unknown) else v[n_dyn:]
+        return fetched["v"]
+
+    vmapped = set(getattr(gm, "vmapped_dims", ()) or ())
+    user_grid = [g for a, g in enumerate(grid) if a not in vmapped]  # what program_id sees
+    body = _BodyWalker(user_grid, n_idx, body_prefetch)
     body_jaxpr = p["jaxpr"]
-    body.walk(body_jaxpr, [], [UNKNOWN] * len(body_jaxpr.invars), 1.0, False)
+    body.walk(body_jaxpr, [], [(-1, ("in", k)) for k in range(len(body_jaxpr.invars))], 1.0,
+              False)
     step_bytes = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in REF_ACCESS)
     step_dma = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in DMA_START)
     step_flops = body.total("flops")
@@ -266,6 +285,185 @@ def _primitives(jaxpr) -> set[str]:
         for sj, _ in sub_jaxprs(eqn.params):
             out |= _primitives(sj)
     return out
+
+
+# ----------------------------------------------------------------------------- pl.when
+
+_PREFETCH = -1   # in an axes set: the value reads a scalar-prefetch table
+
+
+class _BodyWalker(Walker):
+    """Walks a kernel body once, weighting each branch of a cond (pl.when) by the share of grid
+    steps it runs on, so that per-step figures are averages over the grid.
+
+    A predicate computed from program ids, grid sizes, constants and scalar-prefetch tables is
+    evaluated with numpy on every grid point, or on a fixed random sample of MAX_WHEN_POINTS
+    points when there are more; only the axes it reads are enumerated, so `k == 0` on a
+    million-step grid is exact. A branch inside a branch gets the share of the steps its outer
+    branches run on where it runs too (the product of conditional shares). A predicate on data
+    (VMEM values, loop carries) counts its most expensive branch on every step and is named in
+    unknownPrimitives.
+
+    Eval refs of the body: ("in", k) for the k-th body operand; the first n_idx are the
+    scalar-prefetch refs.
+    """
+
+    def __init__(self, grid, n_idx, prefetch):
+        super().__init__()
+        self.grid = grid
+        self.n_idx = n_idx
+        self.prefetch = prefetch   # () -> prefetch values or _Unknown
+        self.taken: list[tuple] = []   # (index eval ref, branch, branches) of enclosing conds
+        self.loops: list[tuple] = []   # (first record, ids of varying eval refs) per loop
+        self._axes_memo: dict[int, frozenset] = {}
+
+    # -- walking
+    def eqn(self, eqn, refs, count, evaluable):
+        # Inside a loop body the carries are bound to their initial values' refs: note them so
+        # that predicates reading them are not evaluated as if they were constant.
+        p = eqn.params
+        name = eqn.primitive.name
+        if name == "scan":
+            varying = refs[p["num_consts"]:]
+        elif name == "while":
+            varying = refs[p["cond_nconsts"] + p["body_nconsts"]:]
+        else:
+            return super().eqn(eqn, refs, count, evaluable)
+        self.loops.append((len(self.records), {id(r[1]) for r in varying}))
+        try:
+            return super().eqn(eqn, refs, count, evaluable)
+        finally:
+            self.loops.pop()
+
+    def cond(self, eqn, refs, count):
+        branches = eqn.params["branches"]
+        index = refs[0][1]
+        shares = self.branch_shares(index, len(branches))
+        if shares is None:
+            self.unknown.add(COND_UNKNOWN)
+            return super().cond(eqn, refs, count)
+        outs, best = None, -1.0
+        for b, br in enumerate(branches):
+            if shares[b] <= 0:
+                continue  # never runs: costs nothing
+            self.taken.append((index, b, len(branches)))
+            try:
+                o = self.walk_sub(br.jaxpr, br.consts, refs[1:], count * shares[b], False)
+            finally:
+                self.taken.pop()
+            if shares[b] > best:
+                outs, best = o, shares[b]
+        return outs
+
+    # -- predicates
+    def branch_shares(self, index, n) -> list[float] | None:
+        """Per branch, the share of the grid steps running the enclosing branches on which
+        this cond takes it; None when the index cannot be computed from the grid."""
+        if self._varying_ref(index):
+            return None
+        try:
+            axes = set(self._axes(index))
+            # The tables are computed only for a predicate nothing else makes unknown.
+            if _PREFETCH in axes and isinstance(self.prefetch(), _Unknown):
+                return None
+            axes.discard(_PREFETCH)
+            # Enclosing conds that share axes with this one (transitively) condition it; the
+            # others are independent of it on a product grid.
+            outer = [(r, b, m, self._axes(r) - {_PREFETCH}) for r, b, m in self.taken]
+            linked, grew = [], True
+            while grew:
+                grew = False
+                for c in outer:
+                    if c not in linked and c[3] & axes:
+                        linked.append(c)
+                        axes |= c[3]
+                        grew = True
+            cols, npts = self._points(sorted(axes))
+            mask = np.ones(npts, bool)
+            for r, b, m, _ in linked:
+                mask &= self._branch(r, m, cols, npts) == b
+            if not mask.any():  # the sample missed the enclosing branches: unconditional
+                mask[:] = True
+            taken = self._branch(index, n, cols, npts)[mask]
+            return [float(np.mean(taken == b)) for b in range(n)]
+        except (_Unknown, _NotNumpy, ValueError, TypeError, IndexError, KeyError):
+            return None
+
+    def _branch(self, ref, n, cols, npts) -> np.ndarray:
+        v = np.broadcast_to(np.asarray(self._value(ref, cols, npts, {})), (npts,))
+        return np.clip(v.astype(np.int64), 0, n - 1)  # lax.cond clamps its index
+
+    def _points(self, axes):
+        """Columns of grid coordinates over `axes`: every point, or a fixed uniform sample."""
+        sizes = [self.grid[a] for a in axes]
+        total = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
+        if total <= MAX_WHEN_POINTS:
+            mesh = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes], indexing="ij")
+            return {a: m.reshape(-1) for a, m in zip(axes, mesh)}, total
+        rng = np.random.default_rng(WHEN_SEED)
+        return {a: rng.integers(0, n, MAX_WHEN_POINTS) for a, n in zip(axes, sizes)}, \
+            MAX_WHEN_POINTS
+
+    def _varying_ref(self, ref) -> bool:
+        return any(id(ref) in ids for _, ids in self.loops)
+
+    def _varying_record(self, n, operands) -> bool:
+        return any(n >= start and any(id(r) in ids for r in operands)
+                   for start, ids in self.loops)
+
+    def _axes(self, ref) -> frozenset:
+        """Grid axes a scalar eval ref depends on, and _PREFETCH when it reads a scalar-prefetch
+        table; _Unknown when it is not computable from those."""
+        kind = ref[0]
+        if kind in ("lit", "const"):
+            if ref[1] is None:
+                raise _Unknown()
+            return frozenset()
+        if kind == "in":
+            if ref[1] >= self.n_idx:
+                raise _Unknown()  # a VMEM / HBM / scratch operand: data
+            return frozenset({_PREFETCH})
+        n = ref[1]
+        if n in self._axes_memo:
+            return self._axes_memo[n]
+        eqn, operands, _ = self.records[n]
+        name = eqn.primitive.name
+        if self._varying_record(n, operands):
+            raise _Unknown()
+        if name in ("program_id", "num_programs"):
+            axis = int(eqn.params["axis"])
+            if not 0 <= axis < len(self.grid) or self.grid[axis] < 0:
+                raise _Unknown()
+            out = frozenset({axis}) if name == "program_id" else frozenset()
+        else:
+            if name not in _BODY_SCALAR_OPS:
+                raise _Unknown()
+            if any(tuple(getattr(aval_of(v), "shape", (0,))) != () for v in eqn.outvars):
+                raise _Unknown()  # vector work on data, not a scalar predicate
+            out = frozenset()
+            for r in operands:
+                out |= self._axes(r)
+        self._axes_memo[n] = out
+        return out
+
+    def _value(self, ref, cols, npts, memo):
+        kind = ref[0]
+        if kind in ("lit", "const"):
+            return np.asarray(ref[1])
+        if kind == "in":
+            return np.asarray(self.prefetch()[ref[1]])
+        n, k = ref[1], ref[2]
+        if n not in memo:
+            eqn, operands, _ = self.records[n]
+            name = eqn.primitive.name
+            if name == "program_id":
+                memo[n] = [cols[int(eqn.params["axis"])]]
+            elif name == "num_programs":
+                memo[n] = [np.int64(self.grid[int(eqn.params["axis"])])]
+            else:
+                xs = [self._value(r, cols, npts, memo) for r in operands]
+                memo[n] = xs[:1] if name in _BODY_IDENTITY else _np_apply(eqn, xs, npts)
+        return memo[n][k]
 
 
 # ----------------------------------------------------------------------------- index maps
@@ -419,6 +617,12 @@ _NP_BINARY = {
 _NP_UNARY = {"neg": np.negative, "abs": np.abs, "sign": np.sign,
              "not": lambda a: np.logical_not(a) if np.asarray(a).dtype == bool else ~a}
 
+# The scalar ops a cond predicate may go through (on scalars, pass-through ops keep the value).
+_BODY_IDENTITY = frozenset({"multiple_of", "reshape", "squeeze", "broadcast_in_dim", "copy",
+                            "copy_p"})
+_BODY_SCALAR_OPS = (frozenset(_NP_BINARY) | frozenset(_NP_UNARY) | _BODY_IDENTITY
+                    | {"select_n", "clamp", "convert_element_type", "integer_pow", "get"})
+
 
 def _np_eval(jaxpr, consts, args, npts):
     """Evaluate an index-map jaxpr on numpy arrays; per-point values are vectors of npts."""
@@ -432,31 +636,33 @@ def _np_eval(jaxpr, consts, args, npts):
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
     for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        xs = [read(a) for a in eqn.invars]
-        if name in _NP_BINARY:
-            out = [_NP_BINARY[name](xs[0], xs[1])]
-        elif name in _NP_UNARY:
-            out = [_NP_UNARY[name](xs[0])]
-        elif name == "select_n":
-            out = [np.choose(np.asarray(xs[0]).astype(np.int64), xs[1:]) if len(xs) > 2
-                   else xs[1]]
-        elif name == "clamp":
-            out = [np.clip(xs[1], xs[0], xs[2])]
-        elif name == "convert_element_type":
-            out = [np.asarray(xs[0]).astype(np.dtype(eqn.params["new_dtype"]))]
-        elif name == "integer_pow":
-            out = [np.power(xs[0], eqn.params["y"])]
-        elif name in ("pjit", "jit", "closed_call"):
-            subs = sub_jaxprs(eqn.params)
-            out = _np_eval(subs[0][0], subs[0][1], xs, npts)
-        elif name == "get":
-            out = [_np_get(eqn, xs)]
-        else:
-            raise _NotNumpy(name)
+        out = _np_apply(eqn, [read(a) for a in eqn.invars], npts)
         for v, x in zip(eqn.outvars, out):
             env[v] = x
     return [read(a) for a in jaxpr.outvars]
+
+
+def _np_apply(eqn, xs, npts) -> list:
+    """The results of one scalar equation on per-point numpy values (vectors of npts)."""
+    name = eqn.primitive.name
+    if name in _NP_BINARY:
+        return [_NP_BINARY[name](xs[0], xs[1])]
+    if name in _NP_UNARY:
+        return [_NP_UNARY[name](xs[0])]
+    if name == "select_n":
+        return [np.choose(np.asarray(xs[0]).astype(np.int64), xs[1:]) if len(xs) > 2 else xs[1]]
+    if name == "clamp":
+        return [np.clip(xs[1], xs[0], xs[2])]
+    if name == "convert_element_type":
+        return [np.asarray(xs[0]).astype(np.dtype(eqn.params["new_dtype"]))]
+    if name == "integer_pow":
+        return [np.power(xs[0], eqn.params["y"])]
+    if name in ("pjit", "jit", "closed_call"):
+        subs = sub_jaxprs(eqn.params)
+        return _np_eval(subs[0][0], subs[0][1], xs, npts)
+    if name == "get":
+        return [_np_get(eqn, xs)]
+    raise _NotNumpy(name)
 
 
 def _np_get(eqn, xs):
