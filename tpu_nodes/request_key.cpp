@@ -1,7 +1,6 @@
 #include "tpu_nodes/request_key.hpp"
 
 #include "messages/content_hash.hpp"
-#include "search/evaluation_key.hpp"
 
 #include <capnp/message.h>
 
@@ -35,22 +34,47 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
   return out;
 }
 
+std::string key_memo::key(const search::evaluation_key_parts& parts) {
+  std::string raw;
+  raw.reserve(parts.source.size() + parts.spec_hash.size() + parts.options.size() + 64);
+  // Length-prefixed parts, so that no two different part lists share a memo entry.
+  for (std::string_view part : {parts.source, parts.spec_hash, parts.chip, parts.backend,
+                                parts.jax_version, parts.options}) {
+    raw += std::to_string(part.size());
+    raw += ':';
+    raw += part;
+  }
+  raw += parts.reference ? 'r' : 'c';
+  auto it = memo_.find(raw);
+  if (it != memo_.end())
+    return it->second;
+  if (bytes_ + raw.size() > max_bytes_) {
+    memo_.clear();
+    bytes_ = 0;
+  }
+  bytes_ += raw.size() + 64;
+  auto key = search::evaluation_key(parts);
+  memo_.emplace(std::move(raw), key);
+  return key;
+}
+
 std::string request_key(schema::EvalRequest::Reader request, std::string_view chip,
-                        std::string_view backend, std::string_view jax_version) {
+                        std::string_view backend, std::string_view jax_version,
+                        key_memo* memo) {
   bool reference = request.getReference();
-  std::string source =
-    reference ? std::string() : search::normalize_source(request.getCandidate().getSource().cStr());
+  auto text = request.getCandidate().getSource();
   auto hash = spec_hash(request.getSpec());
   auto options = result_options(request, backend);
   search::evaluation_key_parts parts;
-  parts.source = source;
+  // evaluation_key normalises the source itself.
+  parts.source = reference ? std::string_view() : std::string_view(text.begin(), text.size());
   parts.spec_hash = hash;
   parts.chip = chip;
   parts.backend = backend;
   parts.jax_version = jax_version;
   parts.options = options;
   parts.reference = reference;
-  return search::evaluation_key(parts);
+  return memo ? memo->key(parts) : search::evaluation_key(parts);
 }
 
 }  // namespace maxkernel::tpu_nodes

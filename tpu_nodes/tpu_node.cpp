@@ -8,6 +8,7 @@
 #include "messages/payload_codec.hpp"
 #include "messages/version.hpp"
 #include "search/evaluation_store.hpp"
+#include "tpu_nodes/checked_payload.hpp"
 #include "tpu_nodes/pool_atoms.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/store_policy.hpp"
@@ -56,6 +57,7 @@ struct node_state {
   std::string jax_version;  // "" until the pool has a running worker
   bool version_requested = false;
   std::string misconfiguration;  // refuses every evaluation when set
+  key_memo keys;
   std::unordered_map<uint64_t, pending_request> pending;
   std::vector<uint64_t> waiting_version;
   uint64_t next_id = 1;
@@ -93,7 +95,7 @@ uint32_t budget_ms(node_actor* self, const pending_request& p) {
 // same source).
 payload stamped(const std::string& result_bytes, const std::string& key, bool cached,
                 const std::string& candidate_id, std::string& error) {
-  auto decoded = messages::decode<schema::EvalResult>(result_bytes, error);
+  auto decoded = open_checked<schema::EvalResult>(result_bytes, error);
   if (!decoded)
     return {};
   capnp::MallocMessageBuilder msg;
@@ -159,7 +161,7 @@ void record(node_actor* self, const pending_request& p, const payload& result) {
   if (!store || p.key.empty())
     return;
   std::string err;
-  auto decoded = messages::decode<schema::EvalResult>(result.bytes, err);
+  auto decoded = open_checked<schema::EvalResult>(result.bytes, err);
   if (!decoded)
     return;
   auto r = decoded->root<schema::EvalResult>();
@@ -256,34 +258,31 @@ bool admit(node_actor* self, pending_request& p, std::chrono::milliseconds deadl
 
 void ask_version(node_actor* self);
 
-caf::response_promise evaluate(node_actor* self, payload& bytes, uint32_t deadline_ms) {
+void evaluate_checked(node_actor* self, pending_request& p, payload& bytes,
+                      uint32_t deadline_ms) {
   auto& st = self->state;
-  pending_request p;
-  p.kind = request_kind::evaluate;
-  p.promise = self->make_response_promise();
-  auto rp = p.promise;
   if (!st.misconfiguration.empty()) {
-    rp.deliver(make_error(error_code::internal, st.misconfiguration));
-    return rp;
+    p.promise.deliver(make_error(error_code::internal, st.misconfiguration));
+    return;
   }
   std::string err;
-  auto msg = messages::open_payload<schema::EvalRequest>(bytes, err);
+  auto msg = open_checked<schema::EvalRequest>(bytes, err);
   if (!msg) {
-    rp.deliver(make_error(error_code::malformed_message, "EvalRequest: " + err));
-    return rp;
+    p.promise.deliver(make_error(error_code::malformed_message, "EvalRequest: " + err));
+    return;
   }
   auto request = msg->root<schema::EvalRequest>();
   if (!resolve_chip(self, request, p.chip, err)) {
-    rp.deliver(make_error(error_code::bad_input, err));
-    return rp;
+    p.promise.deliver(make_error(error_code::bad_input, err));
+    return;
   }
   p.spec_name = request.getSpec().getName();
   std::string candidate_id = request.getCandidate().getId();
   if (!st.jax_version.empty()) {
-    p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
+    p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
     // Store hits are answered before anything else, even when the queue is full.
     if (answer_from_store(self, p, candidate_id))
-      return rp;
+      return;
   }
   // The pool evaluates for the chip resolved here.
   if (request.getOptions().getChip() != p.chip) {
@@ -298,12 +297,27 @@ caf::response_promise evaluate(node_actor* self, payload& bytes, uint32_t deadli
                                   : st.config.default_deadline;
   uint64_t id = 0;
   if (!admit(self, p, deadline, id))
-    return rp;
+    return;
   if (st.jax_version.empty()) {
     st.waiting_version.push_back(id);
     ask_version(self);
   } else {
     dispatch(self, id);
+  }
+}
+
+caf::response_promise evaluate(node_actor* self, payload& bytes, uint32_t deadline_ms) {
+  pending_request p;
+  p.kind = request_kind::evaluate;
+  p.promise = self->make_response_promise();
+  auto rp = p.promise;
+  try {
+    evaluate_checked(self, p, bytes, deadline_ms);
+  } catch (const kj::Exception& e) {
+    // A field that did not read (the request was checked only for its pointers).
+    if (p.promise.pending())
+      p.promise.deliver(make_error(error_code::malformed_message,
+                                   std::string("EvalRequest: ") + e.getDescription().cStr()));
   }
   return rp;
 }
@@ -334,11 +348,18 @@ void on_version(node_actor* self, const std::string& jax_version, const std::str
       finish(self, id);
       continue;
     }
-    std::string err;
-    auto msg = messages::open_payload<schema::EvalRequest>(p.request, err);
-    auto request = msg->root<schema::EvalRequest>();
-    p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
-    if (answer_from_store(self, p, request.getCandidate().getId().cStr())) {
+    try {
+      std::string err;
+      auto msg = open_checked<schema::EvalRequest>(p.request, err);
+      auto request = msg->root<schema::EvalRequest>();
+      p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
+      if (answer_from_store(self, p, request.getCandidate().getId().cStr())) {
+        finish(self, id);
+        continue;
+      }
+    } catch (const kj::Exception& e) {
+      p.promise.deliver(make_error(error_code::malformed_message,
+                                   std::string("EvalRequest: ") + e.getDescription().cStr()));
       finish(self, id);
       continue;
     }
