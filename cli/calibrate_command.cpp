@@ -159,6 +159,13 @@ int run_calibrate(const calibrate_options& opts) {
   }
 
   auto report = tpu_nodes::model::calibrate(points, chip);
+  // Four significant digits: the points cannot pin the constants any closer.
+  for (double* v : {&report.fitted.mxu, &report.fitted.vpu, &report.fitted.hbm,
+                    &report.fitted.dma_latency_us, &report.fitted.step_overhead_us,
+                    &report.fitted.kernel_launch_us, &report.fitted.xla_mxu,
+                    &report.fitted.xla_hbm, &report.fitted.xla_fusion_us,
+                    &report.fitted.f32_matmul_passes, &report.fitted.slot_overlap})
+    *v = *v == 0 ? 0 : std::stod(fmt::format("{:.4g}", *v));
   human << fmt::format("{:<48} {:>12} {:>12} {:>12}\n", "point", "measured us", "before us",
                        "after us");
   nlohmann::json rows_json = nlohmann::json::array();

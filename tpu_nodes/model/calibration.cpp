@@ -62,7 +62,7 @@ const std::vector<parameter>& parameters() {
   return p;
 }
 
-constexpr double prior_weight = 1e-3;
+constexpr double prior_weight = 1e-2;
 
 struct fit_state {
   const std::vector<loaded_point>* loaded;
