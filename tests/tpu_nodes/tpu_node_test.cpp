@@ -376,6 +376,46 @@ TEST_F(TpuNode, RequestsBeforeTheFirstWorkerStartedWaitForIt) {
   ASSERT_TRUE(r.arrived && r.value) << caf::to_string(r.error);
 }
 
+TEST_F(TpuNode, PoolHandsQueuedJobsToFreeWorkersInArrivalOrder) {
+  tpu_nodes::pool_config pc;
+  pc.workers = 2;
+  auto two = tpu_nodes::spawn_worker_pool(env->sys, pc);
+  spawned.push_back(caf::actor_cast<caf::actor>(two));
+  env->run_messages();  // both workers start
+  for (auto id : {"first", "second", "third"}) {
+    request_options o;
+    o.candidate_id = id;
+    env->self->send(two, messages::evaluate_atom::value,
+                    eval_request(syntax_error + "\n# " + id + "\n", o), uint32_t{60000});
+  }
+  env->self->send(two, messages::info_atom::value);
+  run_only(two);  // two jobs go to the two workers, the third waits
+  auto r = next_reply();
+  ASSERT_TRUE(r.arrived && r.value) << caf::to_string(r.error);
+  std::string err;
+  auto pool_info = messages::open_payload<schema::NodeInfo>(*r.value, err);
+  ASSERT_TRUE(pool_info) << err;
+  auto pi = pool_info->root<schema::NodeInfo>();
+  EXPECT_EQ(pi.getWorkers(), 2u);
+  EXPECT_EQ(pi.getWorkersBusy(), 2u);
+  EXPECT_EQ(pi.getQueueDepth(), 1u);
+
+  env->run_messages();
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) {
+    auto done = next_reply();
+    ASSERT_TRUE(done.arrived && done.value) << caf::to_string(done.error);
+    auto msg = open_result(*done.value);
+    order.push_back(msg->root<schema::EvalResult>().getCandidateId().cStr());
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "second", "third"}));
+  std::optional<messages::decoded_message> keep;
+  auto after = info(two, keep);
+  EXPECT_EQ(after.getEvaluations(), 3u);
+  EXPECT_EQ(after.getWorkerStates()[0].getEvaluations() + after.getWorkerStates()[1].getEvaluations(), 3u);
+  EXPECT_EQ(after.getWorkersIdle(), 2u);
+}
+
 TEST_F(TpuNode, WorkerThatCannotStartIsRetriedWithCappedBackoff) {
   tpu_nodes::pool_config pc;
   pc.workers = 1;

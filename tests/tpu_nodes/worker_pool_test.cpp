@@ -164,6 +164,17 @@ TEST_F(WorkerPool, CorrectKernelIsCorrectWithAModeledProfile) {
   EXPECT_GE(r.root().getTest().getCases().size(), 1u);
 }
 
+TEST_F(WorkerPool, KernelThatFailsItsTestStillHasItsProfile) {
+  auto r = evaluate(eval_request(test_kernel("matmul_off_by_one")));
+  ASSERT_TRUE(r.result) << caf::to_string(r.error);
+  EXPECT_FALSE(r.root().getCorrect());
+  EXPECT_EQ(r.phase(schema::Phase::TEST).getStatus(), schema::Status::FAILED) << r.phases_text();
+  EXPECT_EQ(r.phase(schema::Phase::LOWER).getStatus(), schema::Status::OK) << r.phases_text();
+  EXPECT_EQ(r.phase(schema::Phase::PROFILE).getStatus(), schema::Status::OK) << r.phases_text();
+  ASSERT_TRUE(r.root().getHasProfile());
+  EXPECT_GT(r.root().getProfile().getTimeUs(), 0);
+}
+
 TEST_F(WorkerPool, ChipOfTheRequestIsTheOneModeled) {
   request_options o;
   o.chip = "v5e";
