@@ -13,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <kj/exception.h>
 
 #include <algorithm>
 #include <memory>
@@ -140,7 +141,16 @@ caf::behavior pool_worker(worker_actor* self, pool_worker_settings settings,
       pipeline_settings ps;
       ps.backend = self->state.settings.backend;
       ps.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
-      auto out = run_evaluation(*self->state.client, msg->root<schema::EvalRequest>(), ps);
+      pipeline_outcome out;
+      try {
+        out = run_evaluation(*self->state.client, msg->root<schema::EvalRequest>(), ps);
+      } catch (const kj::Exception& e) {  // a field of the request that does not read
+        out.error_class = schema::ErrorClass::BAD_INPUT;
+        out.message = std::string("EvalRequest: ") + e.getDescription().cStr();
+      } catch (const std::exception& e) {  // a bug: the job fails, the worker stays
+        out.error_class = schema::ErrorClass::INTERNAL;
+        out.message = e.what();
+      }
       if (!out.ok) {
         finish(self, job, restarts, payload{}, code_for(out.error_class), std::move(out.message));
         return;
