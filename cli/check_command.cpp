@@ -61,6 +61,7 @@ int run_check(const check_options& opts) {
   sopts.chip = chip;
   sopts.state_dir = opts.state_dir;
   sopts.use_store = !opts.no_store;
+  sopts.simulate_device = std::chrono::milliseconds(opts.simulate_device_ms);
   sopts.memory_limit_bytes = opts.memory_limit_bytes;
   sopts.deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
   node_session session(sopts);

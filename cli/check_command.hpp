@@ -18,7 +18,8 @@ struct check_options {
   uint64_t memory_limit_bytes = 8ull << 30;
   bool reference_only = false;   // model (or time) the spec's reference alone
   std::string state_dir;         // "" = the default state directory (evaluation store)
-  bool no_store = false;         // neither read nor record the evaluation store
+  bool no_store = false;
+  unsigned simulate_device_ms = 0;  // model backend: simulated device time per evaluation         // neither read nor record the evaluation store
 };
 
 // Returns the process exit code (ARCHITECTURE.md, "Contracts").

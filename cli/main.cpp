@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
                         "$XDG_STATE_HOME/maxkernel, else ~/.local/state/maxkernel)");
   check_cmd->add_flag("--no-store", check.no_store,
                       "neither answer from nor record in the evaluation store");
+  check_cmd->add_option("--simulate-device-ms", check.simulate_device_ms,
+                        "model backend: simulated device time per evaluation");
   check_cmd->add_option("--json", check.json, "write the result as JSON to FILE, or - for stdout");
   check_cmd->add_option("--seed", check.seeds, "seeds of the test inputs (repeatable)");
   check_cmd->add_option("--deadline", check.deadline_seconds, "seconds per worker request")
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--state-dir", model.state_dir, "where the evaluation store lives");
   model_cmd->add_flag("--no-store", model.no_store,
                       "neither answer from nor record in the evaluation store");
+  model_cmd->add_option("--simulate-device-ms", model.simulate_device_ms,
+                        "model backend: simulated device time per evaluation");
   model_cmd->add_option("--deadline", model.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
 

@@ -14,6 +14,7 @@ struct model_options {
   std::string json;                // "" none, "-" stdout, else a file
   std::string state_dir;
   bool no_store = false;
+  unsigned simulate_device_ms = 0;  // model backend: simulated device time per evaluation
   double deadline_seconds = 600;
   uint64_t memory_limit_bytes = 8ull << 30;
 };

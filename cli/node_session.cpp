@@ -69,6 +69,7 @@ bool node_session::start(std::string& error) {
   nc.queue_capacity = 4;
   nc.default_deadline = opts_.deadline;
   nc.store = impl_->store.get();
+  nc.simulate_device = opts_.simulate_device;
   impl_->node = tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool);
 
   // Wait for the worker: the node reports its JAX version once one has started.

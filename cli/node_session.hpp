@@ -17,6 +17,9 @@ struct session_options {
   bool use_store = true;
   uint64_t memory_limit_bytes = 8ull << 30;
   std::chrono::milliseconds deadline{600'000};
+  // Model backend: simulated device time per evaluation (capacity planning); results stay
+  // the model's.
+  std::chrono::milliseconds simulate_device{0};
 };
 
 struct session_answer {

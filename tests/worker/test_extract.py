@@ -243,7 +243,11 @@ def test_jax_ops_flash_attention(schema, causal):
     assert call["dimensionSemantics"][-1] == "arbitrary"
     assert call["costFlops"] > 0 and call["costTranscendentals"] > 0  # its own CostEstimate
     assert call["stepTranscendentals"] >= blk * blk  # exp of one score block
-    assert call["stepFlops"] >= 2 * (2 * blk * blk * d)  # QK^T and PV of one block
+    # QK^T and PV of one block, on the share of steps that run them: causal skips the blocks
+    # above the diagonal (pl.when weighted by the grid), n(n+1)/2 of n^2 with n blocks per side.
+    n = s // blk
+    share = n * (n + 1) / 2 / n ** 2 if causal else 1.0
+    assert call["stepFlops"] >= share * 2 * (2 * blk * blk * d)
     k_op = operand(call, "input", 1)
     q_op = operand(call, "input", 0)
     assert dep(q_op, 3)["kind"] == "none"  # q stays put while kv blocks stream
@@ -286,8 +290,9 @@ def test_jax_ops_paged_attention(schema):
     k_pages = operand(call, "input", 1)
     assert k_pages["memorySpace"] == "any" and k_pages["buffering"] == 0
     assert "dma_start" in call["bodyPrimitives"]
-    # No index map reads the tables, so the concrete args were never needed.
-    assert calls == []
+    # No index map reads the tables; the kernel's pl.when predicates read the lengths table,
+    # so the concrete args are computed at most once.
+    assert len(calls) <= 1
     assert any(nd["primitive"] == "reshape" for nd in st["outside"]["nodes"])
     check_schema(schema, st)
 
