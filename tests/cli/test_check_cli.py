@@ -28,7 +28,7 @@ def test_correct_kernel_exits_0_and_json_on_stdout_only():
     assert result["schema"] == 1
     assert result["task"]
     assert result["chip"] == "v6e"
-    assert [p["phase"] for p in result["phases"]] == ["load", "lower", "test"]
+    assert [p["phase"] for p in result["phases"]] == ["load", "lower", "test", "profile"]
     assert all(p["status"] == "ok" for p in result["phases"])
     cases = result["test"]["cases"]
     assert len(cases) >= 2 and all(c["passed"] for c in cases)
