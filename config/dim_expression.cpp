@@ -38,6 +38,8 @@ public:
     if (pos_ < text_.size()) {
       if (text_[pos_] == ')')
         fail(pos_, "unbalanced ')'");
+      if (text_[pos_] == '.')
+        fail(pos_, "sizes are integers: no decimal points");
       fail(pos_, fmt::format("expected an operator (+ - * //), got {}", describe_at(pos_)));
     }
     return std::move(out_);
