@@ -164,7 +164,9 @@ model_result price_xla(schema::DataflowGraph::Reader graph, const config::chip& 
   profile.setMxuUtilization(est.time_us > 0 ? est.matmul_flops / peak * 1e6 / est.time_us : 0);
   profile.setHbmBandwidth(est.time_us > 0 ? est.hbm_bytes / (est.time_us * 1e-6) : 0);
   profile.setArithmeticIntensity(est.hbm_bytes > 0 ? est.flops / est.hbm_bytes : 0);
-  profile.setRooflineUs(roofline_us(est.matmul_flops, peak, est.flops - est.matmul_flops,
+  // The program's own flops, each op once: fusions may recompute elementwise work.
+  double program_flops = std::max(graph.getFlops(), est.matmul_flops);
+  profile.setRooflineUs(roofline_us(est.matmul_flops, peak, program_flops - est.matmul_flops,
                                     graph.getMinBytes(), rates));
   profile.setBound(est.bound);
   std::vector<std::string> notes{fmt::format("XLA program: {} fusions", est.fusions)};

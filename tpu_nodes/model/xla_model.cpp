@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 #include <string_view>
 #include <unordered_set>
@@ -94,17 +93,6 @@ double tensor_bytes(schema::TensorType::Reader t) {
   return n;
 }
 
-struct union_find {
-  std::vector<int> parent;
-  explicit union_find(size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
-  int find(int x) {
-    while (parent[x] != x)
-      x = parent[x] = parent[parent[x]];
-    return x;
-  }
-  void join(int a, int b) { parent[find(a)] = find(b); }
-};
-
 }  // namespace
 
 xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_rates& rates) {
@@ -157,82 +145,64 @@ xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_r
   }
   auto same_count = [&](int a, int b) { return nodes[a].getCount() == nodes[b].getCount(); };
 
-  union_find groups(n);
+  // What lands in HBM: every non-elementwise result, every graph output, and a value that
+  // crosses a loop boundary. Elementwise work between them is recomputed inside each fusion
+  // that reads it, as XLA duplicates cheap producers into their consumers.
+  std::vector<bool> materialized(n, false);
   for (int i = 0; i < n; ++i) {
-    if (kind[i] != op_kind::elementwise)
+    if (kind[i] == op_kind::free)
       continue;
-    for (auto id : nodes[i].getOperandIds()) {
-      int p = producer(id);
-      if (p >= 0 && kind[p] == op_kind::elementwise && same_count(i, p))
-        groups.join(i, p);
-    }
+    materialized[i] = kind[i] != op_kind::elementwise || consumers[i].empty();
+    // A custom call (a pallas_call, sort, ...) reads its operands from HBM.
+    for (int c : consumers[i])
+      materialized[i] = materialized[i] || !same_count(i, c) || kind[c] == op_kind::pallas
+                        || kind[c] == op_kind::opaque;
   }
-  // Elementwise groups join the one dot/reduce they feed or are fed by, as XLA's output and
-  // input fusions do, when nothing else reads them.
-  std::vector<std::vector<int>> members(n);
-  for (int i = 0; i < n; ++i)
-    if (kind[i] == op_kind::elementwise)
-      members[groups.find(i)].push_back(i);
-  auto fusible_root = [&](int b) {
-    return kind[b] == op_kind::matmul || kind[b] == op_kind::reduce;
-  };
-  for (int g = 0; g < n; ++g) {
-    if (members[g].empty())
+  // Output fusion: a dot whose one consumer is elementwise, and whose value reaches exactly
+  // one materialized result through elementwise ops, is computed inside that result's fusion.
+  for (int d = 0; d < n; ++d) {
+    if (kind[d] != op_kind::matmul || consumers[d].size() != 1
+        || kind[consumers[d][0]] != op_kind::elementwise)
       continue;
-    std::set<int> in_group(members[g].begin(), members[g].end());
-    std::set<int> from, to;
-    bool graph_output = false;
-    for (int m : members[g]) {
-      for (auto id : nodes[m].getOperandIds()) {
-        int p = producer(id);
-        if (p >= 0 && !in_group.contains(p))
-          from.insert(p);
+    std::set<int> roots, seen;
+    std::vector<int> stack{consumers[d][0]};
+    while (!stack.empty()) {
+      int x = stack.back();
+      stack.pop_back();
+      if (!seen.insert(x).second)
+        continue;
+      if (materialized[x]) {
+        roots.insert(x);
+        continue;
       }
-      if (consumers[m].empty())
-        graph_output = true;
-      for (int c : consumers[m])
-        if (!in_group.contains(c))
-          to.insert(c);
+      for (int c : consumers[x])
+        stack.push_back(c);
     }
-    auto alone_consumer = [&](int b) {
-      for (int c : consumers[b])
-        if (!in_group.contains(c))
-          return false;
-      return true;
-    };
-    int target = -1;
-    std::vector<int> roots;
-    for (int p : from)
-      if (kind[p] != op_kind::elementwise)
-        roots.push_back(p);
-    if (roots.size() == 1 && fusible_root(roots[0]) && alone_consumer(roots[0])
-        && same_count(roots[0], members[g][0]))
-      target = roots[0];  // output fusion: dot + epilogue
-    else if (!graph_output && to.size() == 1 && fusible_root(*to.begin())
-             && same_count(*to.begin(), members[g][0]))
-      target = *to.begin();  // input fusion: prologue + reduce (or dot operand)
-    if (target >= 0)
-      for (int m : members[g])
-        groups.join(m, target);
+    if (roots.size() == 1 && kind[*roots.begin()] == op_kind::elementwise
+        && same_count(d, *roots.begin()))
+      materialized[d] = false;
   }
 
-  // Price every fusion: its own compute, and the tensors that cross its boundary.
-  std::vector<std::vector<int>> fusion(n);
-  for (int i = 0; i < n; ++i)
-    if (kind[i] != op_kind::free && kind[i] != op_kind::pallas)
-      fusion[groups.find(i)].push_back(i);
+  // One fusion per materialized result: the result's op and everything unmaterialized behind
+  // it, reading the materialized values (and graph inputs) at its frontier.
   double matmul_device = rates.bf16_core * rates.cores;
   double vpu_device = rates.vpu_core * rates.cores * eff.vpu;
   double eup_device = rates.eup_core * rates.cores * eff.vpu;
   double bw = rates.hbm * eff.xla_hbm * 1e-6;
   double compute_bound_us = 0;
-  for (int g = 0; g < n; ++g) {
-    if (fusion[g].empty())
+  std::vector<int> mark(n, -1);
+  for (int root = 0; root < n; ++root) {
+    if (!materialized[root] || kind[root] == op_kind::pallas)
       continue;
-    std::set<int> in_group(fusion[g].begin(), fusion[g].end());
     std::set<int> read;
     double bytes = 0, mxu_us = 0, vpu_flops = 0, eup = 0, flops = 0;
-    for (int m : fusion[g]) {
+    std::vector<int> stack{root};
+    while (!stack.empty()) {
+      int m = stack.back();
+      stack.pop_back();
+      if (mark[m] == root)
+        continue;
+      mark[m] = root;
       auto node = nodes[m];
       auto ids = node.getOperandIds();
       auto ops = node.getOperands();
@@ -242,8 +212,12 @@ xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_r
       for (unsigned j = 0; j < ops.size(); ++j) {
         int id = j < ids.size() ? ids[j] : -1;
         int p = producer(id);
-        if (p >= 0 && (in_group.contains(p) || !read.insert(p).second))
+        if (p >= 0 && !materialized[p]) {
+          stack.push_back(p);  // recomputed here
           continue;
+        }
+        if (p >= 0 && !read.insert(p).second)
+          continue;  // already read by this fusion
         double b = valid(id) ? source_bytes[id] : tensor_bytes(ops[j]);
         if (j == 0 && kind[m] == op_kind::in_place)
           b = 0;  // updated in place
@@ -252,10 +226,7 @@ xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_r
           b = std::min(b, result_bytes);
         bytes += b;
       }
-      bool leaves = consumers[m].empty();
-      for (int c : consumers[m])
-        leaves = leaves || !in_group.contains(c);
-      if (leaves) {
+      if (m == root) {
         if (kind[m] == op_kind::in_place && ops.size() > 1)
           bytes += tensor_bytes(ops[ops.size() - 1]);  // only the update is written
         else
@@ -278,7 +249,7 @@ xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_r
       eup += node.getTranscendentals();
       flops += node.getFlops();
     }
-    double count = nodes[fusion[g][0]].getCount();
+    double count = nodes[root].getCount();
     double compute = rates.overlapped(mxu_us, vpu_flops / vpu_device * 1e6, eup / eup_device * 1e6);
     double memory = bytes / bw;
     est.time_us += (std::max(compute, memory) + eff.xla_fusion_us) * count;

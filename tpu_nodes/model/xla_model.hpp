@@ -1,7 +1,9 @@
-// An XLA program priced from its dataflow graph as XLA's TPU compiler would run it: ops are
-// grouped into fusions (elementwise chains together; dot, convolution, reduce, gather and
-// scatter start their own fusion, taking in their elementwise producers or consumers when they
-// are the only user), and every tensor crossing a fusion boundary is a round trip through HBM.
+// An XLA program priced from its dataflow graph as XLA's TPU compiler would run it: what lands
+// in HBM is every result of a dot, convolution, reduce, gather, scatter or opaque op, every
+// graph output and every value crossing a loop boundary; each such result is one fusion that
+// recomputes the elementwise work behind it (XLA duplicates cheap producers into their
+// consumers) and reads the materialized values at its frontier. A dot whose value flows
+// through elementwise ops into one result only is fused into it (output fusion).
 #pragma once
 
 #include "maxkernel/schema/kernel_structure.capnp.h"

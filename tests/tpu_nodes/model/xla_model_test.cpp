@@ -39,7 +39,7 @@ TEST(XlaModel, ElementwiseProducersFuseIntoTheirReduce) {
   EXPECT_NE(std::string(p.profile.getNotes()[0].cStr()).find("1 fusions"), std::string::npos);
 }
 
-TEST(XlaModel, AnIntermediateReadTwiceMakesARoundTrip) {
+TEST(XlaModel, AnElementwiseValueReadByTwoFusionsIsRecomputedInEach) {
   priced_graph p;
   price(p, {{.primitive = "exp", .operand_ids = {-1}, .operand_shapes = {mat},
              .result_shape = mat},
@@ -47,8 +47,22 @@ TEST(XlaModel, AnIntermediateReadTwiceMakesARoundTrip) {
              .result_shape = row},
             {.primitive = "reduce_max", .operand_ids = {0}, .operand_shapes = {mat},
              .result_shape = row}});
-  // exp is written once and read by each reduce.
-  EXPECT_DOUBLE_EQ(p.profile.getHbmBytes(), 2 * mat_bytes + 2 * (mat_bytes + row_bytes));
+  // exp never lands in HBM: each reduce reads x and recomputes it, as XLA duplicates cheap
+  // producers into their consumers.
+  EXPECT_DOUBLE_EQ(p.profile.getHbmBytes(), 2 * (mat_bytes + row_bytes));
+}
+
+TEST(XlaModel, AReduceResultReadBackMakesARoundTrip) {
+  priced_graph p;
+  // softmax's normaliser: x / sum(x) reads x twice and the row sums once.
+  price(p, {{.primitive = "reduce_sum", .operand_ids = {-1}, .operand_shapes = {mat},
+             .result_shape = row, .flops = 1 << 20},
+            {.primitive = "broadcast_in_dim", .operand_ids = {0}, .operand_shapes = {row},
+             .result_shape = mat},
+            {.primitive = "div", .operand_ids = {-1, 1}, .operand_shapes = {mat, mat},
+             .result_shape = mat, .flops = 1 << 20}});
+  EXPECT_DOUBLE_EQ(p.profile.getHbmBytes(), (mat_bytes + row_bytes) + (mat_bytes + row_bytes
+                                                                       + mat_bytes));
 }
 
 TEST(XlaModel, EpilogueFusesIntoTheDot) {
