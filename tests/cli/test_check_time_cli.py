@@ -190,6 +190,13 @@ def test_second_identical_run_is_answered_from_the_store(tmp_path):
     assert bypass["kernel_time_us"] == first["kernel_time_us"]
 
 
+def test_reference_only_is_answered_from_a_checks_reference(tmp_path):
+    state = tmp_path / "state"
+    check_json(SPEC, KERNEL, "--state-dir", state)
+    r = check_json(SPEC, "--reference-only", "--state-dir", state)
+    assert r["evaluations"] == 1 and r["cache_hits"] == 1
+
+
 def test_another_chip_is_not_answered_from_the_store(tmp_path):
     state = tmp_path / "state"
     check_json(SPEC, KERNEL, "--state-dir", state, "--chip", "v6e")
