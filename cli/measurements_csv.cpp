@@ -1,5 +1,7 @@
 #include "cli/measurements_csv.hpp"
 
+#include "config/chip_names.hpp"
+#include "config/nearest_name.hpp"
 #include "config/utf8_check.hpp"
 
 #include <csv.h>
@@ -68,7 +70,7 @@ bool read_measurements(const std::string& path, std::vector<measurement_row>& ro
   // quoted newlines are rare, so a record's line is counted from the newlines before it.
   parse_state state;
   csv_parser parser;
-  if (csv_init(&parser, CSV_STRICT | CSV_APPEND_NULL | CSV_EMPTY_IS_NULL) != 0) {
+  if (csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL | CSV_EMPTY_IS_NULL) != 0) {
     error = "cannot initialise the CSV parser";
     return false;
   }
@@ -142,6 +144,14 @@ bool read_measurements(const std::string& path, std::vector<measurement_row>& ro
     row.kernel = field(1) == "reference" ? "reference"
                                          : (base / field(1)).lexically_normal().string();
     row.chip = field(2);
+    if (!config::is_known_chip(row.chip)) {
+      auto known = config::chip_names();
+      auto hint = config::nearest_name(row.chip, known);
+      error = fmt::format("{}:{}: chip: unknown chip '{}'{} (known: {})", path, at, row.chip,
+                          hint.empty() ? "" : "; did you mean '" + hint + "'?",
+                          fmt::join(known, ", "));
+      return false;
+    }
     auto m = field(3);
     auto [ptr, err] = std::from_chars(m.data(), m.data() + m.size(), row.measured_us);
     if (err != std::errc() || ptr != m.data() + m.size() || !std::isfinite(row.measured_us)

@@ -83,6 +83,7 @@ enum class efficiency_kind {
   fraction,  // a share of a peak: (0, 1]
   time_us,   // a fixed cost in microseconds: >= 0
   passes,    // bf16 passes per f32 dot: >= 1
+  overlap,   // a share of work hidden under other work: [0, 1]
 };
 
 struct efficiency_field {
@@ -103,6 +104,7 @@ const std::vector<efficiency_field>& efficiency_fields() {
       {"xla_hbm", efficiency_kind::fraction, &chip_efficiency::xla_hbm},
       {"xla_fusion_us", efficiency_kind::time_us, &chip_efficiency::xla_fusion_us},
       {"f32_matmul_passes", efficiency_kind::passes, &chip_efficiency::f32_matmul_passes},
+      {"slot_overlap", efficiency_kind::overlap, &chip_efficiency::slot_overlap},
   };
   return fields;
 }
@@ -138,6 +140,10 @@ std::string efficiency_problem(efficiency_kind kind, double value) {
     case efficiency_kind::passes:
       if (value < 1)
         return fmt::format("an f32 dot takes at least 1 bf16 pass, got {}", value);
+      break;
+    case efficiency_kind::overlap:
+      if (value < 0 || value > 1)
+        return fmt::format("an overlap share must be in [0, 1], got {}", value);
       break;
   }
   return {};

@@ -311,6 +311,7 @@ chip_efficiency some_fit() {
   e.xla_hbm = 1;
   e.xla_fusion_us = 0;
   e.f32_matmul_passes = 6;
+  e.slot_overlap = 0.5;
   return e;
 }
 
@@ -325,6 +326,7 @@ void expect_same(const chip_efficiency& a, const chip_efficiency& b) {
   EXPECT_EQ(a.xla_hbm, b.xla_hbm);
   EXPECT_EQ(a.xla_fusion_us, b.xla_fusion_us);
   EXPECT_EQ(a.f32_matmul_passes, b.f32_matmul_passes);
+  EXPECT_EQ(a.slot_overlap, b.slot_overlap);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -399,7 +401,8 @@ TEST(FittedChipYaml, FlowStyleBlockAndInlineComments) {
   original = original.substr(0, block) +
              "efficiency: {mxu: 0.9, vpu: 0.6, hbm: 0.85,   # the shares\n"
              "  dma_latency_us: 0.5, step_overhead_us: 0.35, kernel_launch_us: 2.0,\n"
-             "  xla_mxu: 0.8, xla_hbm: 0.8, xla_fusion_us: 1.5, f32_matmul_passes: 3.0}\n";
+             "  xla_mxu: 0.8, xla_hbm: 0.8, xla_fusion_us: 1.5, f32_matmul_passes: 3.0,\n"
+             "  slot_overlap: 0.75}\n";
   std::string error;
   std::string fitted = fitted_chip_yaml(original, some_fit(), "flow", error);
   ASSERT_FALSE(fitted.empty()) << error;
