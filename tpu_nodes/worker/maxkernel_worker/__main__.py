@@ -53,8 +53,12 @@ def main(argv=None) -> int:
         in_force = sandbox.apply(workdir, memory_limit, socket_dir=socket_dir,
                                  tcp_endpoint=endpoint.startswith("tcp://"))
 
+    from . import jax_compat
     from .schema import load_schemas
     from .server import Server
+    if not jax_compat.apply():   # fixes to JAX 0.10.2's TPU interpret mode (see the module)
+        print(f"maxkernel_worker: JAX is not {jax_compat.PINNED_JAX}: interpret-mode shims "
+              f"not applied", file=sys.stderr, flush=True)
     try:
         schemas = load_schemas(args.schema_dir)
     except Exception as e:
