@@ -17,6 +17,7 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
   candidate.setOrigin(origin);
   auto options = request.initOptions();
   options.setFull(settings.full);
+  options.setProfileOnly(settings.profile_only);
   if (settings.chip.empty())
     options.setChip(spec.getChip());
   else

@@ -15,6 +15,7 @@ struct request_settings {
   bool full = false;
   std::vector<uint64_t> seeds;
   bool reference = false;
+  bool profile_only = false;     // lower, extract and profile; no test
 };
 
 // The candidate's id is the sha256 of its source; `origin` says where it came from.

@@ -206,10 +206,16 @@ pipeline_outcome run_candidate(worker_client& worker, schema::EvalRequest::Reade
               seconds_since(start));
   }
 
-  if (!step(eval_kind::test))
-    return failed;
-  if (correctness_phase_failed(result.asReader()))
+  if (request.getOptions().getProfileOnly()) {
+    // Asked for the time alone: correctness is not known, so it is not claimed.
+    skip(result, schema::Phase::TEST, "not tested: a profile-only request");
     result.setCorrect(false);
+  } else {
+    if (!step(eval_kind::test))
+      return failed;
+    if (correctness_phase_failed(result.asReader()))
+      result.setCorrect(false);
+  }
 
   // Measured time on the device, whether or not the test passed.
   if (s.backend == "jax-tpu" && !step(eval_kind::time))

@@ -26,6 +26,8 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
       first = false;
     }
     out += options.getFull() ? ";full=1" : ";full=0";
+    if (options.getProfileOnly())
+      out += ";profileOnly=1";
   }
   if (backend == "jax-tpu") {
     out += ";timeRuns=" + std::to_string(options.getTimeRuns());

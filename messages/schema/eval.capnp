@@ -73,6 +73,7 @@ struct EvalOptions {
   warmupRuns @3 :UInt32 = 3;
   chip @4 :Text;
   configuration @5 :UInt32;   # which of the spec's configurations to time
+  profileOnly @6 :Bool;       # lower, extract and profile; no test (`model` on further chips)
 }
 
 struct EvalRequest {

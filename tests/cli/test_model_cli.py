@@ -149,3 +149,25 @@ def test_model_is_answered_from_what_check_recorded(tmp_path):
     j, _ = model_json(SPEC, KERNEL, "--chip", "v6e,v5e", "--state-dir", state)
     assert j["evaluations"] == 4 and j["cache_hits"] == 2  # v6e from check, v5e new
     assert j["chips"][0]["kernel_time_us"] == json.loads(r.stdout)["kernel_time_us"]
+
+
+def test_correctness_is_tested_once_and_further_chips_are_profiled_only(tmp_path):
+    """The test does not depend on the chip: the first chip's evaluation tests the kernel, the
+    others only lower, extract and price it, and say so in their test phase."""
+    state = tmp_path / "state"
+    run = subprocess.run([str(BIN), "model", str(SPEC), str(KERNEL), "--chip", "v5e,v6e",
+                          "--state-dir", str(state), "--json", "-"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)["chips"]
+    assert [r["correct"] for r in rows] == [True, True]
+    # A check on v6e afterwards is not answered by the profile-only evaluation: it tests.
+    check = subprocess.run([str(BIN), "check", str(SPEC), str(KERNEL), "--chip", "v6e",
+                            "--state-dir", str(state), "--json", "-"],
+                           capture_output=True, text=True, timeout=900)
+    assert check.returncode == 0, check.stderr
+    result = json.loads(check.stdout)
+    test_phase = [p for p in result["phases"] if p["phase"] == "test"][0]
+    assert test_phase["status"] == "ok"
+    assert result["test"]["cases"]
+    assert result["kernel_time_us"] == pytest.approx(rows[1]["kernel_time_us"])
