@@ -17,15 +17,9 @@ SPECS = sorted(p for p in (ROOT / "bench" / "specs").rglob("*.yaml")
 # Known failures, each pinned to its cause: (reason, text every failed test case must show).
 # The xfail is strict and expects KnownFailure, raised only when the check fails for exactly
 # that cause: a fix shows up as an unexpected pass, any other failure as a plain failure.
-KNOWN = {
-    "ragged_paged_attention": (
-        "JAX 0.10.2's TPU interpret mode cannot run the library kernel: interpret/utils.py "
-        "to_range() assumes every ref transform is an NDIndexer, and the kernel reads its KV "
-        "buffer through a reshaped ref (`async_copy.wait().reshape(...)`, a ReshapeTransform), "
-        "so the interpreted `get` fails with AttributeError: 'ReshapeTransform' object has no "
-        "attribute 'indices'",
-        "'ReshapeTransform' object has no attribute 'indices'"),
-}
+KNOWN: dict[str, tuple[str, str]] = {}
+# (ragged_paged_attention was here until the worker's jax_compat shims fixed the two JAX 0.10.2
+# TPU-interpret bugs it met: reads through a reshaped ref, masked stores into rank-3 refs.)
 
 
 class KnownFailure(Exception):
@@ -66,9 +60,8 @@ def test_baseline_passes_check(path):
 
 
 def test_ragged_paged_attention_is_tested_with_seq_bounds_derived_from_max_seqs():
-    # The part of the xfail above this repository controls: the spec derives SEQ_BOUNDS from
-    # MAX_SEQS, the tester's reduction keeps the relation, and the kernel lowers and reaches
-    # interpret mode with cu_q_lens one longer than kv_lens.
+    # The spec derives SEQ_BOUNDS from MAX_SEQS, the tester's reduction keeps the relation, and
+    # the kernel lowers and runs in interpret mode with cu_q_lens one longer than kv_lens.
     code, result, stderr = check(ROOT / "bench" / "specs" / "operators" / "ragged_paged_attention.yaml")
     assert result is not None, stderr[-3000:]
     phases = {p["phase"]: p for p in result["phases"]}
