@@ -10,10 +10,11 @@ Per-step work is the average over the grid, from walking the kernel body once: l
 static trip counts multiply what they contain; each branch of a cond (pl.when) whose predicate
 follows from program ids, grid sizes, constants and scalar-prefetch tables is weighted by the
 share of grid steps taking it (init/finalize branches, causal block skipping, block-sparse
-masks), evaluated on every grid point or on a fixed sample of MAX_WHEN_POINTS; a cond on data
-counts its most expensive branch on every step (an upper bound) and a loop whose trip count
-only the data knows counts once: both are named in unknownPrimitives, as is every primitive no
-cost rule prices.
+masks), and a fori_loop whose bounds follow from them (paged attention's loop over a
+sequence's blocks) by its mean trip count, both evaluated on every grid point or on a fixed
+sample of MAX_WHEN_POINTS; a cond on data counts its most expensive branch on every step (an
+upper bound) and a loop whose trip count only the data knows counts once: both are named in
+unknownPrimitives, as is every primitive no cost rule prices.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from .analyze import (DMA_START, REF_ACCESS, Walker, aval_of, has_cost_rule, itemsize, nbytes,
-                      pallas_name, sub_jaxprs, tensor_type, trace)
+                      pallas_name, sub_jaxprs, tensor_type, trace, while_trip_count)
 from .errors import WorkerError
 
 SCHEMA_VERSION = 1
@@ -37,6 +38,7 @@ DEFAULT_BUFFERING = 2         # pallas_call double-buffers every pipelined block
 MAX_WHEN_POINTS = 4096        # grid points a cond predicate is evaluated on (all when fewer)
 WHEN_SEED = 0                 # the sample of a bigger grid is the same on every run
 COND_UNKNOWN = "cond (branch frequency unknown, counted every step)"
+WHILE_UNKNOWN = "while (trip count unknown, counted once)"   # as analyze.Walker names it
 
 _MEMORY_SPACES = {"default": "vmem", "vmem": "vmem", "vmem_shared": "vmem", "smem": "smem",
                   "any": "any", "hbm": "hbm", "semaphore_mem": "semaphore",
@@ -300,9 +302,12 @@ class _BodyWalker(Walker):
     evaluated with numpy on every grid point, or on a fixed random sample of MAX_WHEN_POINTS
     points when there are more; only the axes it reads are enumerated, so `k == 0` on a
     million-step grid is exact. A branch inside a branch gets the share of the steps its outer
-    branches run on where it runs too (the product of conditional shares). A predicate on data
-    (VMEM values, loop carries) counts its most expensive branch on every step and is named in
-    unknownPrimitives.
+    branches run on where it runs too (the product of conditional shares). A fori_loop whose
+    bounds are computed the same way weighs its body by the mean trip count; what is nested in
+    it weighs each grid point by that point's trips (a branch taken on the steps with long
+    loops runs more often than on its share of the steps). A predicate on data (VMEM values,
+    loop carries) counts its most expensive branch on every step, a loop bounded by data runs
+    once: both are named in unknownPrimitives.
 
     Eval refs of the body: ("in", k) for the k-th body operand; the first n_idx are the
     scalar-prefetch refs.
@@ -313,7 +318,10 @@ class _BodyWalker(Walker):
         self.grid = grid
         self.n_idx = n_idx
         self.prefetch = prefetch   # () -> prefetch values or _Unknown
-        self.taken: list[tuple] = []   # (index eval ref, branch, branches) of enclosing conds
+        # What the enclosing regions run on: ("branch", (index ref,), (branch, branches)) per
+        # weighted cond branch, ("trips", (lower ref, upper ref), None) per loop counted over
+        # the grid.
+        self.taken: list[tuple] = []
         self.loops: list[tuple] = []   # (first record, ids of varying eval refs) per loop
         self._axes_memo: dict[int, frozenset] = {}
 
@@ -326,7 +334,11 @@ class _BodyWalker(Walker):
         if name == "scan":
             varying = refs[p["num_consts"]:]
         elif name == "while":
-            varying = refs[p["cond_nconsts"] + p["body_nconsts"]:]
+            # A carry the body passes through unchanged (a fori_loop's upper bound) is not.
+            body = p["body_jaxpr"].jaxpr
+            first = p["body_nconsts"]
+            varying = [r for k, r in enumerate(refs[p["cond_nconsts"] + first:])
+                       if body.outvars[k] is not body.invars[first + k]]
         else:
             return super().eqn(eqn, refs, count, evaluable)
         self.loops.append((len(self.records), {id(r[1]) for r in varying}))
@@ -346,7 +358,7 @@ class _BodyWalker(Walker):
         for b, br in enumerate(branches):
             if shares[b] <= 0:
                 continue  # never runs: costs nothing
-            self.taken.append((index, b, len(branches)))
+            self.taken.append(("branch", (index,), (b, len(branches))))
             try:
                 o = self.walk_sub(br.jaxpr, br.consts, refs[1:], count * shares[b], False)
             finally:
@@ -355,43 +367,113 @@ class _BodyWalker(Walker):
                 outs, best = o, shares[b]
         return outs
 
-    # -- predicates
+    def while_loop(self, eqn, refs, count):
+        """A loop's body weighs its mean trip count: static bounds as the base walker counts
+        them; a fori_loop's bounds computed over the grid like a cond predicate (conditioned
+        on the enclosing branches and loops); once and named otherwise."""
+        p = eqn.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cond_consts, body_consts, carry = refs[:cn], refs[cn:cn + bn], refs[cn + bn:]
+        # The bounds are read outside the loop: its own carries do not vary there, those of
+        # enclosing loops do (an inner loop bounded by an outer counter is not counted from
+        # the counter's initial value).
+        top = self.loops.pop()
+        try:
+            bounds = _fori_bounds(p, cond_consts, carry)
+            entry, trip = None, None
+            if bounds is not None:
+                trip = self.trip_mean(bounds)
+                if trip is not None:
+                    entry = ("trips", bounds, None)
+            elif not any(self._varying_ref(r[1]) for r in cond_consts + carry):
+                trip = while_trip_count(p["cond_jaxpr"], cond_consts, carry)
+        finally:
+            self.loops.append(top)
+        if trip is None:
+            self.unknown.add(WHILE_UNKNOWN)
+            trip = 1.0
+        cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+        self.walk_sub(cj.jaxpr, cj.consts, cond_consts + carry, count * (trip + 1), False)
+        if entry is not None:
+            self.taken.append(entry)
+        try:
+            return self.walk_sub(bj.jaxpr, bj.consts, body_consts + carry, count * trip, False)
+        finally:
+            if entry is not None:
+                self.taken.pop()
+
+    # -- predicates and trip counts
     def branch_shares(self, index, n) -> list[float] | None:
         """Per branch, the share of the grid steps running the enclosing branches on which
         this cond takes it; None when the index cannot be computed from the grid."""
-        if self._varying_ref(index):
+        got = self.over_grid((index,))
+        if got is None:
+            return None
+        (v,), w = got
+        taken = np.clip(v.astype(np.int64), 0, n - 1)  # lax.cond clamps its index
+        return [float(np.sum(w * (taken == b)) / np.sum(w)) for b in range(n)]
+
+    def trip_mean(self, bounds) -> float | None:
+        """Mean trip count of a loop from lower to upper over the grid steps running its
+        enclosing regions (weighted by how often they run there); None when not computable."""
+        got = self.over_grid(bounds)
+        if got is None:
+            return None
+        (lo, hi), w = got
+        trips = np.maximum(hi.astype(np.int64) - lo.astype(np.int64), 0)
+        return float(np.sum(w * trips) / np.sum(w))
+
+    def over_grid(self, refs):
+        """Values of scalar eval refs at every grid point (or a fixed sample), and per point how
+        often the enclosing regions run there (a branch 0 or 1, a loop its trip count); None
+        when a value cannot be computed from program ids, grid sizes, constants and tables."""
+        if any(self._varying_ref(r) for r in refs):
             return None
         try:
-            axes = set(self._axes(index))
+            axes = set()
+            for r in refs:
+                axes |= self._axes(r)
             # The tables are computed only for a predicate nothing else makes unknown.
             if _PREFETCH in axes and isinstance(self.prefetch(), _Unknown):
                 return None
             axes.discard(_PREFETCH)
-            # Enclosing conds that share axes with this one (transitively) condition it; the
-            # others are independent of it on a product grid.
-            outer = [(r, b, m, self._axes(r) - {_PREFETCH}) for r, b, m in self.taken]
+            # Enclosing regions that share axes with these values (transitively) weigh them;
+            # the others are independent of them on a product grid.
+            outer = []
+            for e in self.taken:
+                ax = frozenset()
+                for r in e[1]:
+                    ax |= self._axes(r)
+                outer.append((e, ax - {_PREFETCH}))
             linked, grew = [], True
             while grew:
                 grew = False
-                for c in outer:
-                    if c not in linked and c[3] & axes:
-                        linked.append(c)
-                        axes |= c[3]
+                for k, (e, ax) in enumerate(outer):
+                    if k not in linked and ax & axes:
+                        linked.append(k)
+                        axes |= ax
                         grew = True
             cols, npts = self._points(sorted(axes))
-            mask = np.ones(npts, bool)
-            for r, b, m, _ in linked:
-                mask &= self._branch(r, m, cols, npts) == b
-            if not mask.any():  # the sample missed the enclosing branches: unconditional
-                mask[:] = True
-            taken = self._branch(index, n, cols, npts)[mask]
-            return [float(np.mean(taken == b)) for b in range(n)]
+            memo = {}
+
+            def value(r):
+                v = np.asarray(self._value(r, cols, npts, memo))
+                return np.broadcast_to(v, (npts,))
+
+            w = np.ones(npts)
+            for k in linked:
+                kind, rs, param = outer[k][0]
+                vs = [value(r) for r in rs]
+                if kind == "branch":
+                    b, n = param
+                    w = w * (np.clip(vs[0].astype(np.int64), 0, n - 1) == b)
+                else:
+                    w = w * np.maximum(vs[1].astype(np.int64) - vs[0].astype(np.int64), 0)
+            if not w.any():  # the sample missed the enclosing regions: unweighted
+                w = np.ones(npts)
+            return [value(r) for r in refs], w
         except (_Unknown, _NotNumpy, ValueError, TypeError, IndexError, KeyError):
             return None
-
-    def _branch(self, ref, n, cols, npts) -> np.ndarray:
-        v = np.broadcast_to(np.asarray(self._value(ref, cols, npts, {})), (npts,))
-        return np.clip(v.astype(np.int64), 0, n - 1)  # lax.cond clamps its index
 
     def _points(self, axes):
         """Columns of grid coordinates over `axes`: every point, or a fixed uniform sample."""
@@ -464,6 +546,50 @@ class _BodyWalker(Walker):
                 xs = [self._value(r, cols, npts, memo) for r in operands]
                 memo[n] = xs[:1] if name in _BODY_IDENTITY else _np_apply(eqn, xs, npts)
         return memo[n][k]
+
+
+def _fori_bounds(p, cond_consts, carry):
+    """(lower, upper) eval refs of a while loop that is a fori_loop with dynamic bounds, as
+    lax.fori_loop lowers it: carry (i, upper, ...), cond `i < upper`, body `i + 1` and upper
+    passed through (or an upper bound among the cond's consts); None for any other loop."""
+    cj, bj = p["cond_jaxpr"], p["body_jaxpr"].jaxpr
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    j = cj.jaxpr
+    if len(j.eqns) != 1 or j.eqns[0].primitive.name != "lt" or len(j.outvars) != 1 \
+            or j.outvars[0] is not j.eqns[0].outvars[0]:
+        return None
+    x, y = j.eqns[0].invars
+
+    def position(v, vs):
+        return next((k for k, u in enumerate(vs) if u is v), None)
+
+    ci = position(x, j.invars[cn:])
+    if ci is None:
+        return None
+    if isinstance(y, jex_core.Literal):
+        upper = ("lit", y.val)
+    elif position(y, j.constvars) is not None:
+        upper = ("const", cj.consts[position(y, j.constvars)])
+    elif position(y, j.invars[:cn]) is not None:
+        upper = cond_consts[position(y, j.invars[:cn])][1]
+    elif position(y, j.invars[cn:]) is not None:
+        cu = position(y, j.invars[cn:])
+        if cu == ci or bj.outvars[cu] is not bj.invars[bn + cu]:
+            return None   # an upper bound the body changes
+        upper = carry[cu][1]
+    else:
+        return None
+    # The body steps the counter by one.
+    i_in, i_out = bj.invars[bn + ci], bj.outvars[ci]
+    step = next((e for e in bj.eqns if e.outvars and e.outvars[0] is i_out), None)
+    if step is None or step.primitive.name != "add":
+        return None
+    a, b = step.invars
+    if b is i_in:
+        a, b = b, a
+    if a is not i_in or not isinstance(b, jex_core.Literal) or np.asarray(b.val) != 1:
+        return None
+    return carry[ci][1], upper
 
 
 # ----------------------------------------------------------------------------- index maps
