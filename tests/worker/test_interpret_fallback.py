@@ -90,6 +90,21 @@ def test_transform_array_twin_matches_jax_discharge():
     np.testing.assert_array_equal(got, want)
 
 
+def test_transform_array_twin_out_of_bounds_raises_or_reads_uninitialized():
+    from jax._src.state import indexing
+    from jax._src.state.types import ReshapeTransform
+    x = np.arange(4 * 8 * 128, dtype=np.float32).reshape(4, 8, 128)
+    rows_28_to_36 = indexing.NDIndexer((indexing.Slice(28, 8, 1), indexing.Slice(0, 128, 1)),
+                                       (32, 128), (), validate=False)   # as a dynamic start
+    chain = (ReshapeTransform((32, 128)), rows_28_to_36)
+    with pytest.raises(IndexError, match="Out-of-bounds read"):
+        jax_compat.transform_array(x, chain, "raise")
+    got = jax_compat.transform_array(x, chain, "uninitialized", "nan")
+    assert got.shape == (8, 128)
+    np.testing.assert_array_equal(got[:4], x.reshape(32, 128)[28:])
+    assert np.isnan(got[4:]).all()
+
+
 # ---------------------------------------------------------------- reads through views
 
 def _strided_kv_read(x):

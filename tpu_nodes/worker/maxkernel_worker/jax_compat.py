@@ -40,11 +40,10 @@ import threading
 import jax
 import numpy as np
 
+PINNED_JAX = "0.10.2"
+
 _lock = threading.Lock()
 _applied = False
-
-
-PINNED_JAX = "0.10.2"
 
 
 def apply() -> bool:
