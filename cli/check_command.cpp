@@ -3,7 +3,7 @@
 #include "cli/check_report.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/kernel_file.hpp"
-#include "cli/node_session.hpp"
+#include "cli/task_session.hpp"
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
 #include "messages/capnp_io.hpp"
@@ -42,46 +42,13 @@ int run_check(const check_options& opts) {
     return 2;
   }
 
-  // Native specs are validated before the worker starts: bad input never waits for JAX.
-  spec_outcome spec_loaded;
-  if (kind == spec_kind::native) {
-    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes, {});
-    if (spec_loaded.exit_code != 0) {
-      std::cerr << "error: " << spec_loaded.error << "\n";
-      return spec_loaded.exit_code;
-    }
-  }
-  std::string chip = opts.chip;
-  if (chip.empty() && kind == spec_kind::native) {
-    auto m = messages::decode<schema::KernelSpec>(spec_loaded.spec_bytes, error);
-    chip = m->root<schema::KernelSpec>().getChip().cStr();
-  }
-
-  session_options sopts;
-  sopts.chip = chip;
-  sopts.state_dir = opts.state_dir;
-  sopts.use_store = !opts.no_store;
-  sopts.simulate_device = std::chrono::milliseconds(opts.simulate_device_ms);
-  sopts.memory_limit_bytes = opts.memory_limit_bytes;
-  sopts.deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
-  node_session session(sopts);
-  if (!session.start(error)) {
-    std::cerr << "error: " << error << "\n";
-    return 3;
-  }
-  if (kind != spec_kind::native) {
-    spec_loaded = load_spec(opts.spec, kind, opts.chip, opts.memory_limit_bytes,
-                            [&](const std::string& path) {
-                              auto a = session.load_task(path);
-                              return spec_outcome{a.exit_code, a.error, a.bytes};
-                            });
-    if (spec_loaded.exit_code != 0) {
-      std::cerr << "error: " << spec_loaded.error << "\n";
-      return spec_loaded.exit_code;
-    }
-  }
-  auto spec_msg = messages::decode<schema::KernelSpec>(spec_loaded.spec_bytes, error);
-  auto spec = spec_msg->root<schema::KernelSpec>();
+  task_session task;
+  session_flags flags{opts.chip,       opts.state_dir,          opts.no_store,
+                      opts.simulate_device_ms, opts.memory_limit_bytes, opts.deadline_seconds};
+  if (int code = open_task_session(opts.spec, kind, flags, task))
+    return code;
+  auto& session = *task.session;
+  auto spec = task.spec();
   if (opts.baseline) {
     kernel_path = spec.getBaselinePath().cStr();
     if (kernel_path.empty()) {

@@ -4,7 +4,7 @@
 #include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
 #include "cli/profile_report.hpp"
-#include "cli/spec_source.hpp"
+#include "cli/task_session.hpp"
 #include "messages/version.hpp"
 
 #include <fmt/format.h>
@@ -32,40 +32,17 @@ int run_model(const model_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  std::string first_chip = opts.chips.empty() ? "" : opts.chips.front();
-  spec_outcome loaded;
-  if (kind == spec_kind::native) {
-    loaded = load_spec(opts.spec, kind, first_chip, opts.memory_limit_bytes, {});
-    if (loaded.exit_code != 0) {
-      std::cerr << "error: " << loaded.error << "\n";
-      return loaded.exit_code;
-    }
-  }
-  session_options sopts;
-  sopts.chip = first_chip;
-  sopts.state_dir = opts.state_dir;
-  sopts.use_store = !opts.no_store;
-  sopts.simulate_device = std::chrono::milliseconds(opts.simulate_device_ms);
-  sopts.memory_limit_bytes = opts.memory_limit_bytes;
-  sopts.deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
-  node_session session(sopts);
-  if (!session.start(error)) {
-    std::cerr << "error: " << error << "\n";
-    return 3;
-  }
-  if (kind != spec_kind::native) {
-    loaded = load_spec(opts.spec, kind, first_chip, opts.memory_limit_bytes,
-                       [&](const std::string& path) {
-                         auto a = session.load_task(path);
-                         return spec_outcome{a.exit_code, a.error, a.bytes};
-                       });
-    if (loaded.exit_code != 0) {
-      std::cerr << "error: " << loaded.error << "\n";
-      return loaded.exit_code;
-    }
-  }
-  auto spec_msg = messages::decode<schema::KernelSpec>(loaded.spec_bytes, error);
-  auto spec = spec_msg->root<schema::KernelSpec>();
+  task_session task;
+  session_flags flags{opts.chips.empty() ? "" : opts.chips.front(),
+                      opts.state_dir,
+                      opts.no_store,
+                      opts.simulate_device_ms,
+                      opts.memory_limit_bytes,
+                      opts.deadline_seconds};
+  if (int code = open_task_session(opts.spec, kind, flags, task))
+    return code;
+  auto& session = *task.session;
+  auto spec = task.spec();
   std::vector<std::string> chips = opts.chips;
   if (chips.empty())
     chips.push_back(spec.getChip().cStr());
@@ -79,7 +56,9 @@ int run_model(const model_options& opts) {
   std::optional<bool> tested;  // correctness does not depend on the chip: tested once
   std::string details;
   for (const auto& chip : chips) {
-    request_settings settings{.chip = chip, .profile_only = tested.has_value()};
+    request_settings settings{
+        .chip = chip, .full = false, .seeds = {}, .reference = false,
+        .profile_only = tested.has_value()};
     auto kernel = evaluate(session, spec, source, fs::absolute(opts.kernel).string(), settings);
     if (kernel.exit_code != 0) {
       std::cerr << "error: " << chip << ": " << kernel.error << "\n";

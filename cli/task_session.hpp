@@ -1,0 +1,36 @@
+// What `check` and `model` start with: a node session and the task's KernelSpec. Native
+// specs are read before the session starts (bad input never waits for JAX); task directories
+// are read by the session's worker, since they are Python.
+#pragma once
+
+#include "cli/node_session.hpp"
+#include "cli/spec_source.hpp"
+#include "maxkernel/schema/kernel_spec.capnp.h"
+#include "messages/capnp_io.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace maxkernel::cli {
+
+struct session_flags {
+  std::string chip;                // --chip ("" = the spec's)
+  std::string state_dir;
+  bool no_store = false;
+  unsigned simulate_device_ms = 0;
+  uint64_t memory_limit_bytes = 8ull << 30;
+  double deadline_seconds = 600;
+};
+
+struct task_session {
+  std::unique_ptr<node_session> session;
+  std::optional<messages::decoded_message> spec_message;
+  schema::KernelSpec::Reader spec() { return spec_message->root<schema::KernelSpec>(); }
+};
+
+// Returns 0, or the exit code after printing the error to stderr.
+int open_task_session(const std::string& spec_path, spec_kind kind, const session_flags& flags,
+                      task_session& out);
+
+}  // namespace maxkernel::cli
