@@ -17,10 +17,11 @@ from jax.experimental.pallas import tpu as pltpu
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tpu_nodes" / "worker"))
 
-from maxkernel_worker.extract import MAX_WHEN_POINTS, WHILE_UNKNOWN, extract  # noqa: E402
+from maxkernel_worker.extract import (COND_UNKNOWN, MAX_WHEN_POINTS, WHILE_UNKNOWN,  # noqa: E402
+                                      extract)
 
 S = jax.ShapeDtypeStruct
-F32 = jnp.float32
+F32, BF16 = jnp.float32, jnp.bfloat16
 ROWS, LANES = 8, 128                 # one (8, 128) f32 tile copied and multiplied per trip
 TILE_BYTES = ROWS * LANES * 4
 
@@ -243,3 +244,110 @@ def test_without_the_task_tables_the_trip_count_is_unknown():
     call = run_extract(f, [lengths], 8, blind=True)
     assert_trips(call, 1.0)
     assert WHILE_UNKNOWN in call["unknownPrimitives"]
+
+
+# ----------------------------------------------------------------------------- written tables
+
+def flag_kernel_call(write, grid=8):
+    """A pallas_call whose body reads cell 0 of a scalar-prefetch table, lets write(ref, value)
+    update the table, and multiplies on the steps where the value read is nonzero."""
+    def kernel(flag_ref, x_ref, w_ref, o_ref):
+        flag = flag_ref[0]
+        write(flag_ref, flag)
+        o_ref[...] = x_ref[...]
+
+        @pl.when(flag != 0)
+        def _():
+            o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=F32)
+
+    def f(flag, x, w):
+        return pl.pallas_call(
+            kernel,
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(grid,),
+                in_specs=[pl.BlockSpec((ROWS, LANES), lambda i, *_: (i, 0)),
+                          pl.BlockSpec((LANES, LANES), lambda i, *_: (0, 0))],
+                out_specs=pl.BlockSpec((ROWS, LANES), lambda i, *_: (i, 0))),
+            out_shape=S((grid * ROWS, LANES), F32))(flag, x, w)
+
+    args = [S((1,), jnp.int32), S((grid * ROWS, LANES), F32), S((LANES, LANES), F32)]
+
+    def concrete():
+        return [np.ones((1,), np.int32), np.zeros((grid * ROWS, LANES), np.float32),
+                np.zeros((LANES, LANES), np.float32)]
+    return only_call(extract(f, args, (), concrete))
+
+
+def test_a_flag_the_body_clears_after_reading_it_is_set_on_the_first_step_only():
+    # init_flag as paged attention uses it: 1 in the table, cleared by the first step.
+    grid = 8
+
+    def clear(ref, flag):
+        ref[0] = 0
+    call = flag_kernel_call(clear, grid)
+    (dot,) = call["stepDots"]
+    assert dot["count"] == pytest.approx(1 / grid)
+    assert call["unknownPrimitives"] == []
+
+
+def test_a_table_the_body_writes_a_computed_value_to_is_data():
+    def bump(ref, flag):
+        ref[0] = flag + 1
+    call = flag_kernel_call(bump)
+    (dot,) = call["stepDots"]
+    assert dot["count"] == 1   # every step: an upper bound
+    assert COND_UNKNOWN in call["unknownPrimitives"]
+
+
+def test_a_flag_cleared_in_another_block_is_data():
+    # Cleared on the last step only: the read sees 1 on every step but that is not known.
+    def clear_at_the_end(ref, flag):
+        @pl.when(pl.program_id(0) == pl.num_programs(0) - 1)
+        def _():
+            ref[0] = 0
+    call = flag_kernel_call(clear_at_the_end)
+    (dot,) = call["stepDots"]
+    assert dot["count"] == 1
+    assert COND_UNKNOWN in call["unknownPrimitives"]
+
+
+# ----------------------------------------------------------------------------- paged attention
+
+@pytest.mark.parametrize("inline_seq_dim", [True, False])
+def test_jax_paged_attention_copies_each_sequence_block_once(inline_seq_dim):
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    batch, heads, kv_heads, d, page_size, pages_per_seq, ppb = 4, 8, 2, 128, 16, 8, 2
+    pages = batch * pages_per_seq
+    lengths = np.array([0, 40, 128, 77], np.int32)    # an empty, a partial and a full sequence
+    table = np.random.default_rng(0).permutation(pages).reshape(batch, pages_per_seq)
+    args = [S((batch, heads, d), BF16), S((kv_heads, pages, page_size, d), BF16),
+            S((kv_heads, pages, page_size, d), BF16), S((batch,), jnp.int32),
+            S((batch, pages_per_seq), jnp.int32)]
+
+    def concrete():
+        return [np.zeros(a.shape, a.dtype) for a in args[:3]] + [lengths,
+                                                                 table.astype(np.int32)]
+
+    def f(q, k, v, ln, pi):
+        return paged_attention(q, k, v, ln, pi, pages_per_compute_block=ppb,
+                               inline_seq_dim=inline_seq_dim)
+
+    call = only_call(extract(f, args, (), concrete))
+    # The kernel's compute blocks: ppb pages of bk tokens; sequence b has ceil(len / bk) of
+    # them, each of whose K and V pages is DMAed once: the first block of the whole kernel
+    # behind init_flag, every other one by the step before it (prefetch_next_block).
+    bk = ppb * page_size
+    trips = (lengths + bk - 1) // bk
+    pair = 2 * ppb * page_size * d * 2   # K and V pages of one block, bf16
+    steps = int(np.prod(call["grid"]))
+    assert steps == batch * kv_heads * (1 if inline_seq_dim else pages_per_seq // ppb)
+    copied = trips.sum() * kv_heads * pair
+    # Extract counts prefetch_next_block on every block, the last included (its predicate
+    # reads the block indices compute_block_indices derives from the loop counter): one pair
+    # more per kernel than copied.
+    assert call["stepDmaBytes"] == pytest.approx((copied + pair) / steps)
+    # QK^T and PV once per block.
+    for dot in call["stepDots"]:
+        assert dot["count"] == pytest.approx(trips.sum() * kv_heads / steps)
+    assert WHILE_UNKNOWN not in call["unknownPrimitives"]

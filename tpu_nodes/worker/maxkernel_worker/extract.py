@@ -27,8 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from .analyze import (DMA_START, REF_ACCESS, Walker, aval_of, has_cost_rule, itemsize, nbytes,
-                      pallas_name, sub_jaxprs, tensor_type, trace, while_trip_count)
+from .analyze import (DMA_START, REF_ACCESS, REF_WRITE, Walker, aval_of, has_cost_rule,
+                      itemsize, nbytes, pallas_name, sub_jaxprs, tensor_type, trace,
+                      while_trip_count)
 from .errors import WorkerError
 
 SCHEMA_VERSION = 1
@@ -153,10 +154,13 @@ def _pallas_call(eqn, refs, count, evaluable, values) -> dict:
 
     vmapped = set(getattr(gm, "vmapped_dims", ()) or ())
     user_grid = [g for a, g in enumerate(grid) if a not in vmapped]  # what program_id sees
-    body = _BodyWalker(user_grid, n_idx, body_prefetch)
     body_jaxpr = p["jaxpr"]
-    body.walk(body_jaxpr, [], [(-1, ("in", k)) for k in range(len(body_jaxpr.invars))], 1.0,
-              False)
+    body_in = [(-1, ("in", k)) for k in range(len(body_jaxpr.invars))]
+    writes = _TableWrites(n_idx)
+    writes.walk(body_jaxpr, [], body_in, 1.0, False)
+    steps = int(np.prod(grid, dtype=np.int64)) if all(g >= 0 for g in grid) else -1
+    body = _BodyWalker(user_grid, n_idx, body_prefetch, writes, steps)
+    body.walk(body_jaxpr, [], body_in, 1.0, False)
     step_bytes = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in REF_ACCESS)
     step_dma = sum(n["bytes"] * n["count"] for n in body.nodes if n["primitive"] in DMA_START)
     step_flops = body.total("flops")
@@ -292,6 +296,8 @@ def _primitives(jaxpr) -> set[str]:
 # ----------------------------------------------------------------------------- pl.when
 
 _PREFETCH = -1   # in an axes set: the value reads a scalar-prefetch table
+_FIRST = -2      # in an axes set: the value reads a flag the body sets (see _BodyWalker)
+_NOT_AXES = frozenset({_PREFETCH, _FIRST})
 
 
 class _BodyWalker(Walker):
@@ -309,15 +315,24 @@ class _BodyWalker(Walker):
     loop carries) counts its most expensive branch on every step, a loop bounded by data runs
     once: both are named in unknownPrimitives.
 
+    A table the body writes is not constant. A cell it only ever sets to one constant, right
+    after reading it in the same block (paged attention's init_flag), is a flag: the first
+    execution of that block in the kernel reads the table's value, every later one the
+    constant. Predicates and bounds reading it blend both: 1 / (grid steps * executions per
+    step) of them see the initial value. Any other read of a written table is data.
+
     Eval refs of the body: ("in", k) for the k-th body operand; the first n_idx are the
     scalar-prefetch refs.
     """
 
-    def __init__(self, grid, n_idx, prefetch):
+    def __init__(self, grid, n_idx, prefetch, writes, steps):
         super().__init__()
         self.grid = grid
         self.n_idx = n_idx
         self.prefetch = prefetch   # () -> prefetch values or _Unknown
+        self.writes = writes       # _TableWrites of the same body
+        self.steps = steps         # grid steps of one kernel run (-1 unknown)
+        self._flags: dict[int, object] = {}   # record of a flag read -> the constant it is set to
         # What the enclosing regions run on: ("branch", (index ref,), (branch, branches)) per
         # weighted cond branch, ("trips", (lower ref, upper ref), None) per loop counted over
         # the grid.
@@ -350,7 +365,7 @@ class _BodyWalker(Walker):
     def cond(self, eqn, refs, count):
         branches = eqn.params["branches"]
         index = refs[0][1]
-        shares = self.branch_shares(index, len(branches))
+        shares = self.branch_shares(index, len(branches), count)
         if shares is None:
             self.unknown.add(COND_UNKNOWN)
             return super().cond(eqn, refs, count)
@@ -382,7 +397,7 @@ class _BodyWalker(Walker):
             bounds = _fori_bounds(p, cond_consts, carry)
             entry, trip = None, None
             if bounds is not None:
-                trip = self.trip_mean(bounds)
+                trip = self.trip_mean(bounds, count)
                 if trip is not None:
                     entry = ("trips", bounds, None)
             elif not any(self._varying_ref(r[1]) for r in cond_consts + carry):
@@ -403,30 +418,46 @@ class _BodyWalker(Walker):
                 self.taken.pop()
 
     # -- predicates and trip counts
-    def branch_shares(self, index, n) -> list[float] | None:
+    def branch_shares(self, index, n, count) -> list[float] | None:
         """Per branch, the share of the grid steps running the enclosing branches on which
         this cond takes it; None when the index cannot be computed from the grid."""
-        got = self.over_grid((index,))
-        if got is None:
-            return None
-        (v,), w = got
-        taken = np.clip(v.astype(np.int64), 0, n - 1)  # lax.cond clamps its index
-        return [float(np.sum(w * (taken == b)) / np.sum(w)) for b in range(n)]
+        def shares(got):
+            (v,), w = got
+            taken = np.clip(v.astype(np.int64), 0, n - 1)  # lax.cond clamps its index
+            return np.array([np.sum(w * (taken == b)) / np.sum(w) for b in range(n)])
+        got = self.blend((index,), shares, count)
+        return None if got is None else [float(x) for x in got]
 
-    def trip_mean(self, bounds) -> float | None:
+    def trip_mean(self, bounds, count) -> float | None:
         """Mean trip count of a loop from lower to upper over the grid steps running its
         enclosing regions (weighted by how often they run there); None when not computable."""
-        got = self.over_grid(bounds)
+        def mean(got):
+            (lo, hi), w = got
+            trips = np.maximum(hi.astype(np.int64) - lo.astype(np.int64), 0)
+            return np.sum(w * trips) / np.sum(w)
+        got = self.blend(bounds, mean, count)
+        return None if got is None else float(got)
+
+    def blend(self, refs, stat, count):
+        """stat of over_grid(refs); when the refs read a flag, blended with its value on the
+        first execution, one of steps * count executions of this region in a kernel run."""
+        got = self.over_grid(refs)
         if got is None:
             return None
-        (lo, hi), w = got
-        trips = np.maximum(hi.astype(np.int64) - lo.astype(np.int64), 0)
-        return float(np.sum(w * trips) / np.sum(w))
+        steady = stat(got[:2])
+        if not got[2]:
+            return steady
+        first = self.over_grid(refs, first=True)
+        if first is None:
+            return None
+        share = min(1.0, 1.0 / max(self.steps * count, 1e-30))
+        return (1.0 - share) * steady + share * stat(first[:2])
 
-    def over_grid(self, refs):
-        """Values of scalar eval refs at every grid point (or a fixed sample), and per point how
-        often the enclosing regions run there (a branch 0 or 1, a loop its trip count); None
-        when a value cannot be computed from program ids, grid sizes, constants and tables."""
+    def over_grid(self, refs, first=False):
+        """Values of scalar eval refs at every grid point (or a fixed sample), per point how
+        often the enclosing regions run there (a branch 0 or 1, a loop its trip count), and
+        whether the values read a flag (read at its initial value when `first`); None when a
+        value cannot be computed from program ids, grid sizes, constants and tables."""
         if any(self._varying_ref(r) for r in refs):
             return None
         try:
@@ -436,7 +467,8 @@ class _BodyWalker(Walker):
             # The tables are computed only for a predicate nothing else makes unknown.
             if _PREFETCH in axes and isinstance(self.prefetch(), _Unknown):
                 return None
-            axes.discard(_PREFETCH)
+            flagged = _FIRST in axes
+            axes -= _NOT_AXES
             # Enclosing regions that share axes with these values (transitively) weigh them;
             # the others are independent of them on a product grid.
             outer = []
@@ -444,7 +476,7 @@ class _BodyWalker(Walker):
                 ax = frozenset()
                 for r in e[1]:
                     ax |= self._axes(r)
-                outer.append((e, ax - {_PREFETCH}))
+                outer.append((e, ax - _NOT_AXES))
             linked, grew = [], True
             while grew:
                 grew = False
@@ -457,7 +489,7 @@ class _BodyWalker(Walker):
             memo = {}
 
             def value(r):
-                v = np.asarray(self._value(r, cols, npts, memo))
+                v = np.asarray(self._value(r, cols, npts, memo, first))
                 return np.broadcast_to(v, (npts,))
 
             w = np.ones(npts)
@@ -471,7 +503,7 @@ class _BodyWalker(Walker):
                     w = w * np.maximum(vs[1].astype(np.int64) - vs[0].astype(np.int64), 0)
             if not w.any():  # the sample missed the enclosing regions: unweighted
                 w = np.ones(npts)
-            return [value(r) for r in refs], w
+            return [value(r) for r in refs], w, flagged
         except (_Unknown, _NotNumpy, ValueError, TypeError, IndexError, KeyError):
             return None
 
@@ -517,6 +549,9 @@ class _BodyWalker(Walker):
             if not 0 <= axis < len(self.grid) or self.grid[axis] < 0:
                 raise _Unknown()
             out = frozenset({axis}) if name == "program_id" else frozenset()
+        elif name == "get" and operands and operands[0][0] == "in" \
+                and operands[0][1] in self.writes.cells:
+            out = self._written_read(n, eqn, operands)
         else:
             if name not in _BODY_SCALAR_OPS:
                 raise _Unknown()
@@ -528,7 +563,23 @@ class _BodyWalker(Walker):
         self._axes_memo[n] = out
         return out
 
-    def _value(self, ref, cols, npts, memo):
+    def _written_read(self, n, eqn, operands) -> frozenset:
+        """Axes of a read of a table the body writes: a flag's, or _Unknown (see the class)."""
+        cells = self.writes.cells[operands[0][1]]
+        cell = _cell(eqn, operands[1:])
+        if cells is None or cell is None or self.steps < 0:
+            raise _Unknown()
+        stores = cells.get(cell)
+        if not stores:   # another cell of the table is written, not this one
+            return frozenset({_PREFETCH})
+        values = {v for v, _ in stores}
+        block, pos = self.writes.where[id(eqn)]
+        if len(values) != 1 or not any(b == block and p > pos for _, (b, p) in stores):
+            raise _Unknown()
+        self._flags[n] = values.pop()
+        return frozenset({_PREFETCH, _FIRST})
+
+    def _value(self, ref, cols, npts, memo, first=False):
         kind = ref[0]
         if kind in ("lit", "const"):
             return np.asarray(ref[1])
@@ -542,10 +593,79 @@ class _BodyWalker(Walker):
                 memo[n] = [cols[int(eqn.params["axis"])]]
             elif name == "num_programs":
                 memo[n] = [np.int64(self.grid[int(eqn.params["axis"])])]
+            elif n in self._flags and not first:
+                memo[n] = [np.asarray(self._flags[n])]
             else:
-                xs = [self._value(r, cols, npts, memo) for r in operands]
+                xs = [self._value(r, cols, npts, memo, first) for r in operands]
                 memo[n] = xs[:1] if name in _BODY_IDENTITY else _np_apply(eqn, xs, npts)
         return memo[n][k]
+
+
+class _TableWrites(Walker):
+    """Where a kernel body writes its scalar-prefetch tables, in every branch and loop body:
+    cells[table][cell] lists (constant stored, (id of its jaxpr, position)); cells[table] is
+    None for a table written otherwise (a computed value, a dynamic cell, a masked store).
+    where[id(eqn)] is every equation's (id of its jaxpr, position)."""
+
+    def __init__(self, n_idx):
+        super().__init__()
+        self.n_idx = n_idx
+        self.cells: dict[int, dict | None] = {}
+        self.where: dict[int, tuple] = {}
+
+    def walk(self, jaxpr, const_refs, in_refs, count, evaluable):
+        for pos, e in enumerate(jaxpr.eqns):
+            self.where[id(e)] = (id(jaxpr), pos)
+        return super().walk(jaxpr, const_refs, in_refs, count, evaluable)
+
+    def eqn(self, eqn, refs, count, evaluable):
+        name = eqn.primitive.name
+        ref = refs[0][1] if refs else None
+        if name in REF_WRITE and ref is not None and ref[0] == "in" and ref[1] < self.n_idx:
+            k = ref[1]
+            value = refs[1][1] if name == "swap" else ("lit", None)
+            cell = _cell(eqn, [r[1] for r in refs[2:]]) if name == "swap" else None
+            if cell is None or value[0] not in ("lit", "const") or value[1] is None \
+                    or np.ndim(value[1]) != 0 or self.cells.get(k, {}) is None:
+                self.cells[k] = None
+            else:
+                stored = np.asarray(value[1]).item()
+                self.cells.setdefault(k, {}).setdefault(cell, []).append(
+                    (stored, self.where[id(eqn)]))
+        return super().eqn(eqn, refs, count, evaluable)
+
+    def cond(self, eqn, refs, count):
+        outs = None
+        for br in eqn.params["branches"]:   # every branch, not only the most expensive
+            outs = self.walk_sub(br.jaxpr, br.consts, refs[1:], count, False)
+        return outs
+
+
+def _cell(eqn, index_refs) -> tuple | None:
+    """The cell a scalar get / swap addresses, from the eval refs of its indexer operands;
+    None when an index is not a constant or the access is not one scalar."""
+    vals = []
+    for r in index_refs:
+        if r[0] not in ("lit", "const") or r[1] is None:
+            return None
+        vals.append(r[1])
+    try:
+        transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], vals)
+    except Exception:
+        return None
+    if len(transforms) != 1 or not hasattr(transforms[0], "indices"):
+        return None
+    cell = []
+    for i in transforms[0].indices:
+        if hasattr(i, "start"):
+            if getattr(i, "size", None) != 1 or getattr(i, "stride", 1) != 1:
+                return None
+            i = i.start
+        try:
+            cell.append(int(np.asarray(i)))
+        except Exception:
+            return None
+    return tuple(cell)
 
 
 def _fori_bounds(p, cond_consts, carry):
