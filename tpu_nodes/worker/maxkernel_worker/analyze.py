@@ -287,6 +287,46 @@ def dot_op(eqn, count: float) -> dict:
             "outDtype": str(aval_of(eqn.outvars[0]).dtype), "count": float(count)}
 
 
+def conv_op(eqn, count: float) -> dict:
+    """DotOp dict of a convolution as the implicit GEMM the MXU runs: m = output positions
+    (batch x spatial), n = output features per group, k = input features per group x window,
+    batch = feature groups. Its flops equal the convolution rule's."""
+    lhs, rhs, out = aval_of(eqn.invars[0]), aval_of(eqn.invars[1]), aval_of(eqn.outvars[0])
+    dn = eqn.params.get("dimension_numbers")
+    groups = int(eqn.params.get("feature_group_count", 1) or 1)
+    out_feat = int(rhs.shape[dn.rhs_spec[0]]) if dn is not None else int(rhs.shape[0])
+    out_elems = int(math.prod(int(d) for d in out.shape))
+    return {"batch": groups, "m": out_elems // max(out_feat, 1),
+            "n": max(out_feat // groups, 1),
+            "k": int(math.prod(int(d) for d in rhs.shape)) // max(out_feat, 1),
+            "lhsDtype": str(lhs.dtype), "rhsDtype": str(rhs.dtype), "outDtype": str(out.dtype),
+            "count": float(count)}
+
+
+def ragged_dot_op(eqn, count: float) -> dict:
+    """DotOp dict of a ragged dot: each row of lhs meets one group's matrix, so the MXU sees
+    (m, k) x (k, n) with the group dims of rhs left out of n."""
+    lhs, rhs, out = aval_of(eqn.invars[0]), aval_of(eqn.invars[1]), aval_of(eqn.outvars[0])
+    rdn = eqn.params.get("ragged_dot_dimension_numbers")
+    if rdn is None:  # plain ragged_dot: (m, k) x (groups, k, n)
+        lc, rc, lb, rb, rg = (len(lhs.shape) - 1,), (1,), (), (), (0,)
+    else:
+        (lc, rc), (lb, rb) = rdn.dot_dimension_numbers
+        rg = tuple(rdn.rhs_group_dimensions)
+    lc, rc, lb, rb, rg = (tuple(int(i) for i in d) for d in (lc, rc, lb, rb, rg))
+    lfree = [i for i in range(len(lhs.shape)) if i not in lc and i not in lb]
+    rfree = [i for i in range(len(rhs.shape)) if i not in rc and i not in rb and i not in rg]
+    return {"batch": _prod(lhs.shape, lb), "m": _prod(lhs.shape, lfree),
+            "n": _prod(rhs.shape, rfree), "k": _prod(lhs.shape, lc),
+            "lhsDtype": str(lhs.dtype), "rhsDtype": str(rhs.dtype), "outDtype": str(out.dtype),
+            "count": float(count)}
+
+
+# The MXU ops a DotOp describes, and how to build it.
+DOT_OPS = {"dot_general": dot_op, "conv_general_dilated": conv_op, "ragged_dot": ragged_dot_op,
+           "ragged_dot_general": ragged_dot_op}
+
+
 def dma_bytes(eqn) -> float | None:
     """Bytes a dma_start copies: the source slice (shape after its indexers and transforms);
     None when the operand tree cannot be read (a JAX version we do not know)."""
@@ -489,10 +529,10 @@ class Walker:
             "transcendentals": float(t if transcendentals is None else transcendentals),
             "bytes": float(eqn_bytes(eqn) if bytes_ is None else bytes_),
             "count": float(count),
-            "hasDot": name == "dot_general",
+            "hasDot": name in DOT_OPS,
         })
-        if name == "dot_general":
-            self.nodes[node_id]["dot"] = dot_op(eqn, count)
+        if name in DOT_OPS:
+            self.nodes[node_id]["dot"] = DOT_OPS[name](eqn, count)
         rec = self.record(eqn, refs, evaluable)
         return node_id, [(node_id, ("rec", rec, k)) for k in range(len(eqn.outvars))]
 
