@@ -634,6 +634,13 @@ class _TableWrites(Walker):
                     (stored, self.where[id(eqn)]))
         return super().eqn(eqn, refs, count, evaluable)
 
+    def add_node(self, eqn, refs, count, evaluable, **_):
+        # Only the wiring matters here: no costs, types or parameters.
+        node_id = len(self.nodes)
+        self.nodes.append({"flops": 0.0, "transcendentals": 0.0})
+        rec = self.record(eqn, refs, evaluable)
+        return node_id, [(node_id, ("rec", rec, k)) for k in range(len(eqn.outvars))]
+
     def cond(self, eqn, refs, count):
         outs = None
         for br in eqn.params["branches"]:   # every branch, not only the most expensive
