@@ -206,7 +206,7 @@ import sys
 sys.path.insert(0, {test_dir!r})
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental.pallas import tpu as pltpu
-import test_interpret_fallback as t
+import test_jax_compat as t
 for name, fn, args in [
         ("read", t._strided_kv_read, (jnp.zeros((2, 4, 8, 128), jnp.bfloat16),)),
         ("store", t._masked_store, (0, 6, 16, jnp.zeros((16, 4, 128), jnp.float32)))]:
