@@ -65,6 +65,15 @@ TEST(PallasCallModel, ComputeBoundPipelineHidesCopies) {
   EXPECT_EQ(p.profile.getBound(), "compute");
 }
 
+TEST(PallasCallModel, CopiesLongerThanComputeMakeItMemoryBound) {
+  priced p;
+  // 6 us of compute per step against 8.192 us of copies: most of the compute hides the copies'
+  // start, but the copies set the pace.
+  price(p, elementwise_call(6000), paper_chip());
+  EXPECT_NEAR(p.profile.getTimeUs(), 4.096 + 6 + 3 * 8.192 + 4.096, 1e-9);
+  EXPECT_EQ(p.profile.getBound(), "memory");
+}
+
 TEST(PallasCallModel, FixedCostsAddPerStepAndPerCall) {
   auto chip = paper_chip();
   chip.efficiency.step_overhead_us = 0.5;
