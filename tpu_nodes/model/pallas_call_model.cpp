@@ -220,13 +220,14 @@ call_estimate price_pallas_call(schema::PallasCall::Reader call, const device_ra
     t.bytes *= e.count;
   }
 
-  // The bound is what the time is mostly spent waiting for: fixed costs around a short grid,
-  // else the largest of the step compute, the copies and the per-step overhead.
+  // The bound is what sets the pace: fixed costs around a short grid; else the copies when
+  // they outlast the steps' compute and overhead together (each step waits for the longer
+  // of the two); else the larger of compute and per-step overhead.
   double fixed = (eff.kernel_launch_us + prologue + epilogue) * e.count;
   double per_step_overhead = step_overhead * plan.steps * e.count;
   if (fixed > 0.5 * e.time_us)
     e.bound = "latency";
-  else if (e.dma_us >= std::max(e.compute_us, per_step_overhead))
+  else if (e.dma_us >= e.compute_us + per_step_overhead)
     e.bound = "memory";
   else if (per_step_overhead > e.compute_us)
     e.bound = "overhead";
