@@ -35,6 +35,7 @@ const std::unordered_set<std::string_view>& elementwise_ops() {
   static const std::unordered_set<std::string_view> s{
       "add", "add_any", "sub", "mul", "div", "rem", "max", "min", "neg", "sign", "floor",
       "ceil", "round", "abs", "and", "or", "xor", "not", "eq", "ne", "lt", "le", "gt", "ge",
+      "eq_to", "lt_to", "le_to",
       "select_n", "clamp", "nextafter", "shift_left", "shift_right_logical",
       "shift_right_arithmetic", "population_count", "clz", "square", "is_finite", "conj",
       "real", "imag", "complex", "copysign", "convert_element_type", "integer_pow", "exp",

@@ -32,6 +32,7 @@ TRANSCENDENTAL = frozenset({
 ELEMENTWISE = frozenset({
     "add", "add_any", "sub", "mul", "div", "rem", "max", "min", "neg", "sign", "floor", "ceil",
     "round", "abs", "and", "or", "xor", "not", "eq", "ne", "lt", "le", "gt", "ge", "select_n",
+    "eq_to", "lt_to", "le_to",  # total-order comparisons (sort, searchsorted)
     "clamp", "nextafter", "shift_left", "shift_right_logical", "shift_right_arithmetic",
     "population_count", "clz", "square", "is_finite", "conj", "real", "imag", "complex",
     "copysign", "convert_element_type", "reduce_precision", "erf_inv_approx", "imul",
