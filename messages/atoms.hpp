@@ -11,5 +11,7 @@ using analyze_atom = caf::atom_constant<caf::atom("analyze")>;
 using info_atom = caf::atom_constant<caf::atom("info")>;
 // The JAX version (and backend) a worker pool evaluates with: part of every evaluation key.
 using version_atom = caf::atom_constant<caf::atom("version")>;
+// The profiler: ProfilerRequest -> Diagnosis.
+using diagnose_atom = caf::atom_constant<caf::atom("diagnose")>;
 
 }  // namespace maxkernel::messages
