@@ -56,8 +56,12 @@ const char* role_name(schema::OperandRole r) {
 
 double pct(double x) { return 100.0 * x; }
 
-// Largest power of two <= x (1 when x < 2).
+// Factors are capped: a measured or hand-made profile may carry infinities or NaN.
+constexpr double factor_max = 1u << 30;
+
+// Largest power of two <= x (1 when x < 2 or NaN), at most factor_max.
 double pow2_floor(double x) {
+  x = std::isnan(x) ? 1 : std::min(x, factor_max);
   double f = 1;
   while (f * 2 <= x)
     f *= 2;
@@ -65,6 +69,7 @@ double pow2_floor(double x) {
 }
 
 double pow2_ceil(double x) {
+  x = std::isnan(x) ? 1 : std::min(x, factor_max);
   double f = 1;
   while (f < x)
     f *= 2;

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <string>
 #include <vector>
 
@@ -369,6 +372,37 @@ TEST(Diagnose, IsDeterministic) {
   run(a, matmul_profile(896 * 1024), {matmul_structure()}, chip);
   run(b, matmul_profile(896 * 1024), {matmul_structure()}, chip);
   EXPECT_EQ(messages::encode(a.out_msg), messages::encode(b.out_msg));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Diagnose, NonFiniteFiguresGiveFiniteFactorsAndTerminate) {
+  // A measured profile may carry anything a decoder accepts: infinite steps, NaN times.
+  call_profile_spec cp;
+  cp.name = "odd";
+  cp.bound = "overhead";
+  cp.time_us = std::numeric_limits<double>::infinity();
+  cp.overhead_us = std::nan("");
+  cp.steps = std::numeric_limits<double>::infinity();
+  cp.vmem_bytes = 0;
+  profile_spec p{"overhead", std::numeric_limits<double>::infinity(), 1, std::nan(""), {cp}};
+  diagnosis d;
+  run(d, p, {}, tests::paper_chip());
+  ASSERT_GE(d.get().getSuggestions().size(), 1u);
+  for (auto s : d.get().getSuggestions())
+    EXPECT_TRUE(std::isfinite(s.getFactor())) << s.getRationale().cStr();
+
+  cp.bound = "memory";
+  cp.exposed_dma_us = 1;
+  cp.steps = 1e-300;
+  cp.traffic = {{"input", 0, std::numeric_limits<double>::infinity(), 1}};
+  p.calls = {cp};
+  diagnosis m;
+  run(m, p, {}, tests::paper_chip());
+  for (auto s : m.get().getSuggestions())
+    EXPECT_TRUE(std::isfinite(s.getFactor())) << s.getRationale().cStr();
 }
 
 }  // namespace
