@@ -234,7 +234,7 @@ private:
       return true;
     }
     double f_physical = growth_factor(peak, physical, per_doubling, steps);
-    if (limit < physical && f_physical >= 2) {
+    if (limit > 0 && limit < physical && f_physical >= 2) {
       base.kind = SuggestionKind::RAISE_VMEM_LIMIT;
       base.factor = physical / limit;
       base.rationale = fmt::format(
