@@ -1,9 +1,11 @@
 #include "cli/check_command.hpp"
 
+#include "agents/diagnosis.hpp"
 #include "cli/check_report.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/kernel_file.hpp"
 #include "cli/task_session.hpp"
+#include "config/chip_loader.hpp"
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
 #include "messages/capnp_io.hpp"
@@ -93,6 +95,28 @@ int run_check(const check_options& opts) {
       ctx.reference_error = failure_of(reference.result());
   }
 
+  // The profiler's reading of the kernel's profile: bound, headroom and what to change.
+  capnp::MallocMessageBuilder diagnosis_msg;
+  std::optional<schema::Diagnosis::Reader> diagnosis;
+  if (!opts.reference_only && candidate.result().getHasProfile()) {
+    auto r = candidate.result();
+    config::chip chip;
+    config::spec_error chip_error;
+    if (config::load_chip(r.getProfile().getChip().cStr(), chip, chip_error)) {
+      capnp::MallocMessageBuilder request_msg;
+      auto request = request_msg.initRoot<schema::ProfilerRequest>();
+      request.setSchemaVersion(schema::SCHEMA_VERSION);
+      request.setProfile(r.getProfile());
+      request.setHasStructure(r.getHasStructure());
+      if (r.getHasStructure())
+        request.setStructure(r.getStructure());
+      request.setChip(chip.name);
+      auto out = diagnosis_msg.initRoot<schema::Diagnosis>();
+      agents::diagnose(request.asReader(), chip, out);
+      diagnosis = out.asReader();
+    }
+  }
+  ctx.diagnosis = diagnosis ? &*diagnosis : nullptr;
   ctx.kernel_path = opts.reference_only ? "reference" : kernel_path;
   ctx.reference_only = opts.reference_only;
   ctx.reference = reference_profile ? &*reference_profile : nullptr;

@@ -25,6 +25,23 @@ nlohmann::json nullable(double v) {
   return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+nlohmann::json diagnosis_json(schema::Diagnosis::Reader d) {
+  nlohmann::json suggestions = nlohmann::json::array();
+  for (auto s : d.getSuggestions())
+    suggestions.push_back({{"kind", enum_name(s.getKind())},
+                           {"call", s.getCallIndex()},
+                           {"operand_role", s.getOperandRole().cStr()},
+                           {"operand_index", s.getOperandIndex()},
+                           {"axis", s.getAxis()},
+                           {"factor", s.getFactor()},
+                           {"rationale", s.getRationale().cStr()}});
+  return {{"bound", d.getBound().cStr()},
+          {"bottleneck_call", d.getBottleneckCallName().cStr()},
+          {"headroom", d.getHeadroom()},
+          {"headroom_us", d.getHeadroomUs()},
+          {"suggestions", suggestions}};
+}
+
 }  // namespace
 
 nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::Reader result,
@@ -107,6 +124,7 @@ nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::R
     {"profile", timed ? profile_json(result.getProfile()) : json(nullptr)},
     {"reference_profile", ctx.reference && !ctx.reference_only ? profile_json(*ctx.reference)
                                                                : json(nullptr)},
+    {"diagnosis", ctx.diagnosis ? diagnosis_json(*ctx.diagnosis) : json(nullptr)},
     {"evaluations", ctx.evaluations},
     {"cache_hits", ctx.cache_hits},
     {"failures", failures},
@@ -180,6 +198,10 @@ std::string check_summary(schema::KernelSpec::Reader spec, schema::EvalResult::R
   } else {
     out += "  time: not available (the kernel did not lower)\n";
   }
+  if (ctx.diagnosis)
+    for (auto sug : ctx.diagnosis->getSuggestions())
+      out += fmt::format("  diagnosis ({}): {}\n", enum_name(sug.getKind()),
+                         sug.getRationale().cStr());
   if (!ctx.reference_error.empty())
     out += "  reference time: not available: " + ctx.reference_error + "\n";
   if (ctx.cache_hits > 0)

@@ -1,6 +1,7 @@
 // The readable summary and the machine-readable JSON of one `check`.
 #pragma once
 
+#include "maxkernel/schema/agent.capnp.h"
 #include "maxkernel/schema/eval.capnp.h"
 #include "maxkernel/schema/kernel_spec.capnp.h"
 #include "maxkernel/schema/profile.capnp.h"
@@ -24,6 +25,7 @@ struct check_context {
   std::string reference_error;            // why the reference has no time
   unsigned evaluations = 0;
   unsigned cache_hits = 0;
+  const schema::Diagnosis::Reader* diagnosis = nullptr;  // the profiler's, when timed
 };
 
 nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::Reader result,

@@ -230,3 +230,26 @@ def test_reference_only_with_a_kernel_or_baseline_is_refused(extra):
     assert run.returncode == 2
     assert "--reference-only" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_profiler_reads_the_profile_and_points_at_what_to_change():
+    """check carries the profiler's diagnosis: a 128-block matmul spends its time on per-step
+    overhead, and the profiler says to take fewer, larger steps along a grid axis."""
+    small = check_json(SPEC, KERNELS / "matmul_blocks_128.py", "--chip", "v6e", "--no-store")
+    d = small["diagnosis"]
+    assert d["bound"] == small["profile"]["bound"]
+    assert d["headroom"] == pytest.approx(small["profile"]["roofline_us"]
+                                          / small["profile"]["time_us"])
+    assert small["profile"]["bound"] == "overhead"
+    kinds = [s["kind"] for s in d["suggestions"]]
+    assert kinds and kinds[0] in ("reduceSteps", "growBlock")
+    first = d["suggestions"][0]
+    grid = small["pallas_calls"][0]["grid"]
+    assert 0 <= first["axis"] < len(grid) and first["factor"] > 1
+    steps = 1
+    for g in grid:
+        steps *= g
+    assert f"{steps} grid steps" in first["rationale"]  # the rationale carries its numbers
+    # The reference alone has no kernel to diagnose.
+    ref = check_json(SPEC, "--reference-only", "--chip", "v6e", "--no-store")
+    assert ref["diagnosis"] is None
