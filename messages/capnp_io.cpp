@@ -6,6 +6,7 @@
 #include <kj/exception.h>
 
 #include <cstring>
+#include <limits>
 
 namespace maxkernel::messages {
 
@@ -79,6 +80,12 @@ std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
     return std::nullopt;
   }
   return msg;
+}
+
+void decoded_message::allow_rereading() {
+  auto opts = reader_options();
+  opts.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
+  reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_.asPtr(), opts);
 }
 
 bool check_traversal(decoded_message& msg, capnp::StructSchema type, std::string& error) {

@@ -41,6 +41,11 @@ public:
     return reader_->getRoot<capnp::DynamicStruct>(schema);
   }
 
+  // Lifts the traversal limit, for a message already checked that is then read many times
+  // (the model prices one structure thousands of times in a fit or a benchmark; every read
+  // counts against the limit that guards a peer's input).
+  void allow_rereading();
+
 private:
   kj::Array<capnp::word> words_;
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;

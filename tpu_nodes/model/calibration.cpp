@@ -3,13 +3,11 @@
 #include "messages/capnp_io.hpp"
 #include "tpu_nodes/model/tpu_model.hpp"
 
-#include <capnp/serialize.h>
+#include <capnp/message.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
-#include <memory>
+#include <optional>
 
 namespace maxkernel::tpu_nodes::model {
 
@@ -17,31 +15,23 @@ namespace {
 
 // A point's message, validated once, then read many times: the fit prices every point
 // thousands of times, beyond any per-reader traversal limit.
-struct loaded_point {
-  kj::Array<capnp::word> words;
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader;
-};
+using loaded_point = std::optional<messages::decoded_message>;
 
 bool load(const calibration_point& p, loaded_point& out, std::string& error) {
-  auto checked = p.reference ? messages::decode<schema::DataflowGraph>(p.structure, error)
-                             : messages::decode<schema::KernelStructure>(p.structure, error);
-  if (!checked)
+  out = p.reference ? messages::decode<schema::DataflowGraph>(p.structure, error)
+                    : messages::decode<schema::KernelStructure>(p.structure, error);
+  if (!out)
     return false;
-  size_t words = p.structure.size() / sizeof(capnp::word);
-  out.words = kj::heapArray<capnp::word>(words);
-  std::memcpy(out.words.begin(), p.structure.data(), words * sizeof(capnp::word));
-  capnp::ReaderOptions opts;
-  opts.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
-  out.reader = std::make_unique<capnp::FlatArrayMessageReader>(out.words.asPtr(), opts);
+  out->allow_rereading();
   return true;
 }
 
-double price(const loaded_point& p, bool reference, const config::chip& chip) {
+double price(loaded_point& p, bool reference, const config::chip& chip) {
   capnp::MallocMessageBuilder scratch;
   auto profile = scratch.initRoot<schema::Profile>();
   if (reference)
-    return price_xla(p.reader->getRoot<schema::DataflowGraph>(), chip, profile).time_us;
-  return price_kernel(p.reader->getRoot<schema::KernelStructure>(), chip, profile).time_us;
+    return price_xla(p->root<schema::DataflowGraph>(), chip, profile).time_us;
+  return price_kernel(p->root<schema::KernelStructure>(), chip, profile).time_us;
 }
 
 struct parameter {
@@ -65,7 +55,7 @@ const std::vector<parameter>& parameters() {
 constexpr double prior_weight = 1e-2;
 
 struct fit_state {
-  const std::vector<loaded_point>* loaded;
+  std::vector<loaded_point>* loaded;
   const std::vector<calibration_point>* points;
   std::vector<std::string> sources;   // distinct, in first-seen order
   std::vector<size_t> source_of;      // per point

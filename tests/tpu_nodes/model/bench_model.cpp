@@ -5,37 +5,22 @@
 #include "config/native_spec_loader.hpp"
 #include "maxkernel/schema/eval.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "tpu_nodes/eval_request.hpp"
 #include "tpu_nodes/model/tpu_model.hpp"
 #include "tpu_nodes/worker_client.hpp"
 
 #include <capnp/message.h>
-#include <capnp/serialize.h>
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <sstream>
 
 using namespace maxkernel;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-// A reader that may be traversed any number of times (the loop re-reads one message).
-struct reusable {
-  kj::Array<capnp::word> words;
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader;
-  explicit reusable(const std::string& bytes)
-      : words(kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word))) {
-    std::memcpy(words.begin(), bytes.data(), words.size() * sizeof(capnp::word));
-    capnp::ReaderOptions opts;
-    opts.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
-    reader = std::make_unique<capnp::FlatArrayMessageReader>(words.asPtr(), opts);
-  }
-};
 
 template <class F>
 double rate(uint64_t n, F&& f) {
@@ -77,10 +62,9 @@ int main(int argc, char** argv) {
   }
   capnp::MallocMessageBuilder request_msg;
   auto request = request_msg.initRoot<schema::EvalRequest>();
-  request.setSchemaVersion(schema::SCHEMA_VERSION);
-  request.setSpec(spec.asReader());
-  request.initCandidate().setSource(source.str());
-  request.initOptions().setChip(argv[3]);
+  tpu_nodes::request_settings settings;
+  settings.chip = argv[3];
+  tpu_nodes::build_eval_request(request, spec.asReader(), source.str(), argv[2], settings);
   auto extracted = worker.evaluate(tpu_nodes::eval_kind::extract, request.asReader(),
                                    std::chrono::minutes(5));
   auto graph = worker.analyze(spec.asReader(), 0, std::chrono::minutes(5));
@@ -91,10 +75,18 @@ int main(int argc, char** argv) {
               << graph.message << "\n";
     return 3;
   }
-  reusable structure(messages::encode_root(result->root<schema::EvalResult>().getStructure()));
-  reusable reference(graph.bytes);
-  auto kernel_root = structure.reader->getRoot<schema::KernelStructure>();
-  auto graph_root = reference.reader->getRoot<schema::DataflowGraph>();
+  // The loops re-read one message each, beyond any per-reader traversal limit.
+  auto structure = messages::decode<schema::KernelStructure>(
+      messages::encode_root(result->root<schema::EvalResult>().getStructure()), error);
+  auto reference = messages::decode<schema::DataflowGraph>(graph.bytes, error);
+  if (!structure || !reference) {
+    std::cerr << "bad traced message: " << error << "\n";
+    return 3;
+  }
+  structure->allow_rereading();
+  reference->allow_rereading();
+  auto kernel_root = structure->root<schema::KernelStructure>();
+  auto graph_root = reference->root<schema::DataflowGraph>();
 
   double modeled_us = 0;
   double kernel_rate = rate(n, [&] {
