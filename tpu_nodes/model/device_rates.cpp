@@ -55,6 +55,14 @@ double device_rates::padded_matmul_flops(double batch, int64_t m, int64_t n, int
          * static_cast<double>(round_up(std::max<int64_t>(k, 1), mxu));
 }
 
+double device_rates::matmul_us(schema::DotOp::Reader dot, double efficiency,
+                               unsigned on_cores) const {
+  double padded = padded_matmul_flops(std::max<int64_t>(dot.getBatch(), 1), dot.getM(),
+                                      dot.getN(), dot.getK());
+  double rate = matmul_core(dot.getLhsDtype().cStr(), dot.getRhsDtype().cStr()) * on_cores;
+  return padded / (rate * efficiency) * 1e6;
+}
+
 double device_rates::tiled_bytes(std::span<const int64_t> shape, std::string_view dtype) const {
   uint32_t size = itemsize_of(dtype);
   if (shape.empty())

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/chip.hpp"
+#include "maxkernel/schema/kernel_structure.capnp.h"
 
 #include <cstdint>
 #include <span>
@@ -27,6 +28,9 @@ struct device_rates {
   // 2*batch*m*n*k with n and k padded to the MXU edge and m to the sublane count: the work
   // the MXU really does.
   double padded_matmul_flops(double batch, int64_t m, int64_t n, int64_t k) const;
+  // Microseconds of one run of a dot on `on_cores` cores at `efficiency` of their peak, padded
+  // as padded_matmul_flops says (its count is not applied).
+  double matmul_us(schema::DotOp::Reader dot, double efficiency, unsigned on_cores = 1) const;
   // Bytes a block occupies in VMEM (and moves over DMA): its last two dims padded to the
   // memory tile of its element type; -1 (squeezed) dims count as 1.
   double tiled_bytes(std::span<const int64_t> shape, std::string_view dtype) const;

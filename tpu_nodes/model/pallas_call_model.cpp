@@ -110,13 +110,9 @@ call_estimate price_pallas_call(schema::PallasCall::Reader call, const device_ra
   for (auto d : call.getStepDots()) {
     double useful = 2.0 * std::max<int64_t>(d.getBatch(), 1) * d.getM() * d.getN() * d.getK()
                     * d.getCount();
-    double padded = rates.padded_matmul_flops(std::max<int64_t>(d.getBatch(), 1), d.getM(),
-                                              d.getN(), d.getK())
-                    * d.getCount();
-    double rate = rates.matmul_core(d.getLhsDtype().cStr(), d.getRhsDtype().cStr());
-    matmul_us += padded / (rate * eff.mxu) * 1e6;
+    matmul_us += rates.matmul_us(d, eff.mxu) * d.getCount();
     e.matmul_flops += useful;
-    peak_sum += useful * rate;
+    peak_sum += useful * rates.matmul_core(d.getLhsDtype().cStr(), d.getRhsDtype().cStr());
   }
   double vpu_flops = call.getStepVpuFlops();
   if (call.getStepDots().size() == 0 && vpu_flops == 0)

@@ -234,12 +234,7 @@ xla_estimate price_xla_graph(schema::DataflowGraph::Reader graph, const device_r
           bytes += result_bytes;
       }
       if (node.getHasDot()) {
-        auto d = node.getDot();
-        double batch = static_cast<double>(std::max<int64_t>(d.getBatch(), 1));
-        double padded = rates.padded_matmul_flops(batch, d.getM(), d.getN(), d.getK());
-        double rate = rates.matmul_core(d.getLhsDtype().cStr(), d.getRhsDtype().cStr())
-                      * rates.cores * eff.xla_mxu;
-        mxu_us += padded / rate * 1e6;
+        mxu_us += rates.matmul_us(node.getDot(), eff.xla_mxu, rates.cores);
         est.matmul_flops += node.getFlops() * node.getCount();
       } else if (kind[m] == op_kind::matmul) {
         mxu_us += node.getFlops() / (matmul_device * eff.xla_mxu) * 1e6;
