@@ -63,7 +63,10 @@ int run_check(const check_options& opts) {
     }
   }
 
-  request_settings settings{.chip = spec.getChip().cStr(), .full = opts.full, .seeds = opts.seeds};
+  tpu_nodes::request_settings settings;
+  settings.chip = spec.getChip().cStr();
+  settings.full = opts.full;
+  settings.seeds = opts.seeds;
   check_context ctx;
   evaluated candidate;
   if (!opts.reference_only) {

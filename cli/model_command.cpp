@@ -56,9 +56,9 @@ int run_model(const model_options& opts) {
   std::optional<bool> tested;  // correctness does not depend on the chip: tested once
   std::string details;
   for (const auto& chip : chips) {
-    request_settings settings{
-        .chip = chip, .full = false, .seeds = {}, .reference = false,
-        .profile_only = tested.has_value()};
+    tpu_nodes::request_settings settings;
+    settings.chip = chip;
+    settings.profile_only = tested.has_value();
     auto kernel = evaluate(session, spec, source, fs::absolute(opts.kernel).string(), settings);
     if (kernel.exit_code != 0) {
       std::cerr << "error: " << chip << ": " << kernel.error << "\n";

@@ -1,7 +1,7 @@
 // One evaluation through the command's tpu_node, decoded.
 #pragma once
 
-#include "cli/eval_request.hpp"
+#include "tpu_nodes/eval_request.hpp"
 #include "cli/node_session.hpp"
 #include "messages/capnp_io.hpp"
 
@@ -19,7 +19,7 @@ struct evaluated {
 
 evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
                    const std::string& source, const std::string& origin,
-                   const request_settings& settings);
+                   const tpu_nodes::request_settings& settings);
 
 // Why an evaluation has no profile, from its failed phase.
 std::string failure_of(schema::EvalResult::Reader result);

@@ -1,8 +1,8 @@
-#include "cli/eval_request.hpp"
+#include "tpu_nodes/eval_request.hpp"
 
 #include "messages/content_hash.hpp"
 
-namespace maxkernel::cli {
+namespace maxkernel::tpu_nodes {
 
 void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
                         const std::string& source, const std::string& origin,
@@ -27,4 +27,4 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
     seeds.set(i, settings.seeds[i]);
 }
 
-}  // namespace maxkernel::cli
+}  // namespace maxkernel::tpu_nodes

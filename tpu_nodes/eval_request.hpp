@@ -1,4 +1,5 @@
-// An EvalRequest for one kernel source (or the spec's reference) against a spec.
+// An EvalRequest for one kernel source (or the spec's reference) against a spec: the one
+// place commands and benchmarks build them.
 #pragma once
 
 #include "maxkernel/schema/eval.capnp.h"
@@ -8,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace maxkernel::cli {
+namespace maxkernel::tpu_nodes {
 
 struct request_settings {
   std::string chip;              // "" = the spec's
@@ -23,4 +24,4 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
                         const std::string& source, const std::string& origin,
                         const request_settings& settings);
 
-}  // namespace maxkernel::cli
+}  // namespace maxkernel::tpu_nodes
