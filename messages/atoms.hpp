@@ -13,5 +13,14 @@ using info_atom = caf::atom_constant<caf::atom("info")>;
 using version_atom = caf::atom_constant<caf::atom("version")>;
 // The profiler: ProfilerRequest -> Diagnosis.
 using diagnose_atom = caf::atom_constant<caf::atom("diagnose")>;
+// The planner: PlannerRequest -> Plan.
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
+// The implementer: ImplementRequest -> ImplementReply.
+using implement_atom = caf::atom_constant<caf::atom("implement")>;
+// The debugger: DebugRequest -> DebugReply.
+using debug_atom = caf::atom_constant<caf::atom("debug")>;
+// The tester: TesterRequest -> TestPlan, and JudgeRequest -> Verdict.
+using testplan_atom = caf::atom_constant<caf::atom("testplan")>;
+using judge_atom = caf::atom_constant<caf::atom("judge")>;
 
 }  // namespace maxkernel::messages

@@ -16,6 +16,7 @@ const char* to_string(error_code code) {
     case error_code::worker_crashed: return "worker crashed";
     case error_code::internal: return "internal error";
     case error_code::overloaded: return "overloaded";
+    case error_code::service_unavailable: return "service unavailable";
   }
   return "unknown";
 }

@@ -20,6 +20,8 @@ enum class error_code : uint8_t {
   worker_crashed,     // the worker died while serving a request
   internal,           // a bug (exit code 3)
   overloaded,         // the node's queue is full: retry elsewhere or later
+  service_unavailable,// a remote service (an LLM endpoint) cannot be reached or never
+                      // answered usably within its retries (exit code 3)
 };
 
 const char* to_string(error_code code);

@@ -16,4 +16,5 @@ struct Candidate {
   parentId @4 :Text;          # "" for a root
   strategy @5 :Text;          # the strategy that produced it from the parent
   origin @6 :Text;            # file path, brain, or operator that wrote it
+  template @7 :Text;          # the expert template it was rendered from; "" otherwise
 }

@@ -74,6 +74,12 @@ struct EvalOptions {
   chip @4 :Text;
   configuration @5 :UInt32;   # which of the spec's configurations to time
   profileOnly @6 :Bool;       # lower, extract and profile; no test (`model` on further chips)
+  # The tester's choices (agents/tester): how the test inputs are drawn and sized.
+  valueMode @7 :Text;         # "": the spec's generators; "large": float inputs x valueScale;
+                              # "zeros": float inputs all zero; "sparse": half of them zero
+  valueScale @8 :Float64;     # for "large" (0: the worker's default)
+  shapeMode @9 :Text;         # "": reduced (or full); "ragged": reduced sizes that leave a
+                              # partial last block against the (8, 128) tile
 }
 
 struct EvalRequest {

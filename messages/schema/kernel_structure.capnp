@@ -31,6 +31,8 @@ struct DataflowNode {
   count @9 :Float64 = 1;      # times executed (loop bodies)
   dot @10 :DotOp;             # set for dot_general (hasDot)
   hasDot @11 :Bool;
+  operandInputs @12 :List(Int32);  # per operand: the graph input it is, or -1
+  operandLiterals @13 :List(Text); # per operand: JSON of a scalar literal or constant, or ""
 }
 
 struct DataflowGraph {
@@ -41,6 +43,9 @@ struct DataflowGraph {
   transcendentals @4 :Float64;
   bytes @5 :Float64;          # sum over nodes: an upper bound on HBM traffic without fusion
   minBytes @6 :Float64;       # graph inputs + outputs only: the traffic of a perfect fusion
+  outputIds @7 :List(Int32);  # per output: the node producing it, -1 for an input passed through
+  outputInputs @8 :List(Int32); # per output: the graph input it is when passed through, or -1
+  outputResults @9 :List(Int32); # per output: which result of its node
 }
 
 enum OperandRole { input @0; output @1; scalarPrefetch @2; }

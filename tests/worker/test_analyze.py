@@ -222,3 +222,29 @@ def test_pallas_call_is_priced_by_its_body_times_grid_steps():
     (call,) = nodes_of(g, "pallas_call")
     assert call["flops"] == 2 * m * n * k
     assert call["bytes"] == 4 * (m * k + k * n + m * n)
+
+
+def test_operands_name_their_graph_inputs_and_literals(schema):
+    """The expert brain matches on these: which input feeds an op, which scalar a literal is."""
+    def f(x, w, b):
+        y = jnp.dot(x, w) + b
+        return jnp.maximum(y, 0.5) * 2.0, x
+    g = analyze(f, [S((8, 16), F32), S((16, 4), F32), S((4,), F32)], ())
+    check_schema(schema, g)
+    dot = nodes_of(g, "dot_general")[0]
+    assert dot["operandInputs"] == [0, 1]
+    assert dot["operandLiterals"] == ["", ""]
+    mx = nodes_of(g, "max")[0]
+    assert json.loads(mx["operandLiterals"][1]) == 0.5
+    assert mx["operandInputs"] == [-1, -1]
+    bcast = nodes_of(g, "broadcast_in_dim")[0]
+    assert bcast["operandInputs"] == [2]
+    mul = nodes_of(g, "mul")[0]
+    assert g["outputIds"] == [mul["id"], -1]
+    assert g["outputInputs"] == [-1, 0]
+
+
+def test_infinite_literals_are_json_strings(schema):
+    g = analyze(lambda x: jnp.maximum(x, -jnp.inf), [S((8, 128), F32)], ())
+    mx = nodes_of(g, "max")[0]
+    assert json.loads(mx["operandLiterals"][1]) == "-inf"

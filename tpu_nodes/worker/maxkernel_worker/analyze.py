@@ -384,6 +384,31 @@ def _const(v):
     return (-1, ("const", v))
 
 
+def ref_input(ref) -> int:
+    """The graph input a ref is (its index), or -1."""
+    return ref[1][1] if ref[0] == -1 and ref[1][0] == "in" else -1
+
+
+def ref_literal(ref) -> str:
+    """JSON of a scalar literal or constant ("inf", "-inf", "nan" as strings), else ""."""
+    if ref[0] != -1 or ref[1][0] not in ("lit", "const") or ref[1][1] is None:
+        return ""
+    v = np.asarray(ref[1][1])
+    if v.size != 1:
+        return ""
+    x = v.reshape(()).item()
+    if isinstance(x, bool):
+        return json.dumps(x)
+    if isinstance(x, (int, np.integer)):
+        return json.dumps(int(x))
+    if isinstance(x, float) and not math.isfinite(x):
+        return json.dumps(str(x))
+    try:
+        return json.dumps(float(x)) if isinstance(x, float) else json.dumps(x)
+    except TypeError:
+        return ""
+
+
 UNKNOWN = (-1, ("lit", None))
 
 
@@ -413,7 +438,9 @@ class Walker:
     # -- entry points
     def walk_top(self, closed):
         in_refs = [(-1, ("in", k)) for k in range(len(closed.jaxpr.invars))]
-        return self.walk(closed.jaxpr, [_const(c) for c in closed.consts], in_refs, 1.0, True)
+        self.out_refs = self.walk(closed.jaxpr, [_const(c) for c in closed.consts], in_refs,
+                                  1.0, True)
+        return self.out_refs
 
     def graph(self, closed) -> dict:
         inputs = [tensor_type(v) for v in closed.jaxpr.invars]
@@ -422,10 +449,14 @@ class Walker:
         min_bytes = sum(nbytes(v) for v in closed.jaxpr.invars)
         min_bytes += sum(nbytes(v) for v in closed.jaxpr.constvars)
         min_bytes += sum(nbytes(v) for v in closed.jaxpr.outvars)
+        out_refs = getattr(self, "out_refs", [])
         return {
             "nodes": self.nodes,
             "inputs": inputs,
             "outputs": outputs,
+            "outputIds": [r[0] for r in out_refs],
+            "outputInputs": [ref_input(r) for r in out_refs],
+            "outputResults": [r[1][2] if r[1][0] == "rec" else 0 for r in out_refs],
             "flops": self.total("flops"),
             "transcendentals": self.total("transcendentals"),
             "bytes": self.total("bytes"),
@@ -526,6 +557,8 @@ class Walker:
             "operands": [tensor_type(v) for v in eqn.invars],
             "results": [tensor_type(v) for v in eqn.outvars],
             "operandIds": [r[0] for r in refs],
+            "operandInputs": [ref_input(r) for r in refs],
+            "operandLiterals": [ref_literal(r) for r in refs],
             "flops": float(f if flops is None else flops),
             "transcendentals": float(t if transcendentals is None else transcendentals),
             "bytes": float(eqn_bytes(eqn) if bytes_ is None else bytes_),

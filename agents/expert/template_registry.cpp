@@ -1,0 +1,37 @@
+#include "agents/expert/template_registry.hpp"
+
+#include <algorithm>
+
+namespace maxkernel::agents::expert {
+
+// Each family's factory (defined in its own file, agents/expert/<family>_template.cpp).
+// Add a family: declare its factory here and list it in all_templates().
+
+const std::vector<template_ptr>& all_templates() {
+  static const std::vector<template_ptr> templates = [] {
+    std::vector<template_ptr> t;
+    return t;
+  }();
+  return templates;
+}
+
+template_ptr find_template(const std::string& name) {
+  for (const auto& t : all_templates())
+    if (t->name() == name)
+      return t;
+  return nullptr;
+}
+
+std::vector<matched_template> match_templates(const graph_view& graph,
+                                              schema::KernelSpec::Reader spec) {
+  std::vector<matched_template> found;
+  for (const auto& t : all_templates())
+    if (auto m = t->match(graph, spec))
+      found.push_back({t, std::move(*m)});
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.match.score > b.match.score;
+  });
+  return found;
+}
+
+}  // namespace maxkernel::agents::expert
