@@ -2,6 +2,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
+#include "cli/template_command.hpp"
 #include "cli/spec_command.hpp"
 #include "config/chip_names.hpp"
 #include "messages/version.hpp"
@@ -93,6 +94,20 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--deadline", model.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::template_options tmpl;
+  auto* template_cmd = app.add_subcommand(
+    "template", "which expert templates match a task's reference, and the kernel one renders");
+  template_cmd->add_option("SPEC", tmpl.spec,
+                           "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  template_cmd->add_option("--name", tmpl.name, "the template to render (default: the best match)");
+  template_cmd->add_option("--params", tmpl.params, "JSON object over the initial parameters");
+  template_cmd->add_option("--chip", tmpl.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember(chips));
+  template_cmd->add_option("--out", tmpl.out, "write the rendered kernel to FILE");
+  template_cmd->add_option("--json", tmpl.json, "write the matches as JSON to FILE, or - for stdout");
+  template_cmd->add_option("--state-dir", tmpl.state_dir, "where the evaluation store lives");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -113,6 +128,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_spec(spec);
     if (*model_cmd)
       return maxkernel::cli::run_model(model);
+    if (*template_cmd)
+      return maxkernel::cli::run_template(tmpl);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
   } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "cli/node_session.hpp"
 
 #include "maxkernel/schema/node_info.capnp.h"
+#include "maxkernel/schema/worker.capnp.h"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
 #include "messages/type_registry.hpp"
@@ -135,6 +136,14 @@ session_answer node_session::evaluate(const std::string& request) {
   return ask(*impl_->sys, impl_->node, opts_.deadline, messages::evaluate_atom::value,
              std::move(p), static_cast<uint32_t>(opts_.deadline.count()));
 }
+
+session_answer node_session::analyze(const std::string& request) {
+  messages::payload p{capnp::typeId<schema::AnalyzeRequest>(), request};
+  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::analyze_atom::value,
+             std::move(p));
+}
+
+caf::actor_system& node_session::system() { return *impl_->sys; }
 
 session_answer node_session::load_task(const std::string& path) {
   return ask(*impl_->sys, impl_->node, opts_.deadline, messages::load_atom::value, path);

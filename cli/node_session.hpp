@@ -9,6 +9,10 @@
 #include <memory>
 #include <string>
 
+namespace caf {
+class actor_system;
+}
+
 namespace maxkernel::cli {
 
 struct session_options {
@@ -39,6 +43,9 @@ public:
   bool start(std::string& error);
   session_answer evaluate(const std::string& request);  // EvalRequest -> EvalResult
   session_answer load_task(const std::string& path);    // task directory -> KernelSpec
+  session_answer analyze(const std::string& request);   // AnalyzeRequest -> DataflowGraph
+  // The session's actor system, for spawning the agent pool beside the node.
+  caf::actor_system& system();
 
   const std::string& backend() const { return backend_; }
   const std::string& jax_version() const { return jax_version_; }
