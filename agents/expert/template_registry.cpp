@@ -24,8 +24,14 @@ template_ptr find_template(const std::string& name) {
 
 std::vector<matched_template> match_templates(const graph_view& graph,
                                               schema::KernelSpec::Reader spec) {
+  return match_templates(all_templates(), graph, spec);
+}
+
+std::vector<matched_template> match_templates(const std::vector<template_ptr>& templates,
+                                              const graph_view& graph,
+                                              schema::KernelSpec::Reader spec) {
   std::vector<matched_template> found;
-  for (const auto& t : all_templates())
+  for (const auto& t : templates)
     if (auto m = t->match(graph, spec))
       found.push_back({t, std::move(*m)});
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {

@@ -17,7 +17,11 @@ struct matched_template {
   template_match match;
 };
 
-// Every template that matches, best score first (ties: registry order).
+// Every template of `templates` that matches, best score first (ties: list order).
+std::vector<matched_template> match_templates(const std::vector<template_ptr>& templates,
+                                              const graph_view& graph,
+                                              schema::KernelSpec::Reader spec);
+// Over all_templates().
 std::vector<matched_template> match_templates(const graph_view& graph,
                                               schema::KernelSpec::Reader spec);
 

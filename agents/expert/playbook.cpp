@@ -1,0 +1,267 @@
+#include "agents/expert/playbook.hpp"
+
+#include "agents/expert/block_size.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace maxkernel::agents::expert {
+namespace {
+
+constexpr const char* kVmemLimit = "vmem_limit_bytes";
+constexpr double kMiB = 1024.0 * 1024.0;
+// Share of the core's VMEM a kernel may claim (Mosaic keeps some for itself).
+constexpr double kVmemUsable = 0.9;
+
+int64_t block_value(const nlohmann::json& params, const tunable& t) {
+  auto it = params.find(t.name);
+  if (it == params.end() || !it->is_number())
+    return t.extent;
+  return it->get<int64_t>();
+}
+
+int64_t effective(const nlohmann::json& params, const tunable& t) {
+  return effective_block(t.extent, t.align, block_value(params, t));
+}
+
+bool exposes(const std::vector<tunable>& ts, const std::string& name) {
+  return std::any_of(ts.begin(), ts.end(), [&](const tunable& t) { return t.name == name; });
+}
+
+struct builder {
+  const kernel_template& t;
+  const template_match& m;
+  const nlohmann::json& parent;
+  const config::chip& chip;
+  const std::set<std::string>& seen;
+  std::vector<tunable> ts;
+  std::vector<move> out;
+  std::set<std::string> offered;
+
+  // The kernel the parent really is, and the child's, as effective values.
+  std::string effective_key(const nlohmann::json& p) const {
+    nlohmann::json e = p;
+    for (const auto& tu : ts)
+      if (tu.what == tunable::kind::block)
+        e[tu.name] = effective(p, tu);
+    return params_key(t.name(), e);
+  }
+
+  void offer(std::string name, nlohmann::json child, std::string rationale, std::string effect,
+             double score) {
+    if (!fit_vmem(t, m, child, chip))
+      return;
+    auto key = effective_key(child);
+    if (key == effective_key(parent) || seen.count(params_key(t.name(), child)) ||
+        seen.count(key) || offered.count(key))
+      return;
+    offered.insert(key);
+    nlohmann::json changes = nlohmann::json::object();
+    for (const auto& [k, v] : child.items())
+      if (!parent.contains(k) || parent[k] != v)
+        changes[k] = v;
+    auto need = t.vmem_bytes(m, child);
+    effect += fmt::format("; VMEM {:.1f} of {:.1f} MiB", need / kMiB,
+                          vmem_limit(child, chip) / kMiB);
+    out.push_back({std::move(name), std::move(child), std::move(changes), std::move(rationale),
+                   std::move(effect), score});
+  }
+
+  const tunable* block_on_axis(int call, int axis) const {
+    for (const auto& tu : ts)
+      if (tu.what == tunable::kind::block && tu.grid_axis == axis && tu.call == call)
+        return &tu;
+    return nullptr;
+  }
+
+  void resize(const tunable& tu, double factor, const std::string& name, std::string why,
+              double score) {
+    int64_t now = effective(parent, tu);
+    int64_t want = static_cast<int64_t>(std::llround(now * factor));
+    if (factor > 1) {
+      // The next legal size up: the smallest effective block above the current one.
+      want = std::max(want, now + tu.align);
+      int64_t e = effective_block(tu.extent, tu.align, want);
+      while (e <= now && want < tu.extent) {
+        want += tu.align;
+        e = effective_block(tu.extent, tu.align, want);
+      }
+      want = std::min(want, tu.extent);
+    } else {
+      want = std::max<int64_t>(want, tu.align);
+    }
+    nlohmann::json child = parent;
+    child[tu.name] = want;
+    int64_t after = effective(child, tu);
+    if (after == now)
+      return;
+    auto effect = fmt::format("{} {} -> {} ({}: {} -> {} blocks)", tu.name, now, after,
+                              tu.meaning.empty() ? "steps" : tu.meaning,
+                              (tu.extent + now - 1) / now, (tu.extent + after - 1) / after);
+    offer(name, std::move(child), std::move(why), std::move(effect), score);
+  }
+
+  void choose(const tunable& tu, const nlohmann::json& value, const std::string& name,
+              std::string why, double score) {
+    nlohmann::json child = parent;
+    child[tu.name] = value;
+    auto effect = fmt::format("{} {} -> {}", tu.name,
+                              parent.contains(tu.name) ? parent[tu.name].dump() : "default",
+                              value.dump());
+    offer(name, std::move(child), std::move(why), std::move(effect), score);
+  }
+
+  const tunable* largest_block() const {
+    const tunable* best = nullptr;
+    for (const auto& tu : ts)
+      if (tu.what == tunable::kind::block && effective(parent, tu) > tu.align &&
+          (!best || effective(parent, tu) > effective(parent, *best)))
+        best = &tu;
+    return best;
+  }
+
+  const tunable* choice_named(std::initializer_list<const char*> names) const {
+    for (const char* n : names)
+      for (const auto& tu : ts)
+        if (tu.what == tunable::kind::choice && tu.name == n)
+          return &tu;
+    return nullptr;
+  }
+
+  void next_choices(const tunable& tu, const std::string& name, const std::string& why,
+                    double score) {
+    for (const auto& c : tu.choices)
+      if (!parent.contains(tu.name) || parent[tu.name] != c)
+        choose(tu, c, name, why, score);
+  }
+
+  void from_suggestion(schema::Suggestion::Reader s, double score) {
+    std::string why = s.getRationale().cStr();
+    int call = std::max(0, s.getCallIndex());
+    double factor = s.getFactor() > 0 ? s.getFactor() : 2.0;
+    switch (s.getKind()) {
+      case schema::SuggestionKind::GROW_BLOCK:
+      case schema::SuggestionKind::REDUCE_STEPS:
+        if (auto* tu = block_on_axis(call, s.getAxis()))
+          resize(*tu, factor, s.getKind() == schema::SuggestionKind::GROW_BLOCK ? "growBlock"
+                                                                              : "reduceSteps",
+                 why, score);
+        else  // no block on that axis: grow every block of the call a step
+          for (const auto& tu : ts)
+            if (tu.what == tunable::kind::block && tu.call == call)
+              resize(tu, 2.0, "growBlock", why, score - 0.01);
+        break;
+      case schema::SuggestionKind::SHRINK_BLOCK:
+        if (auto* tu = largest_block())
+          resize(*tu, 1.0 / factor, "shrinkBlock", why, score);
+        break;
+      case schema::SuggestionKind::RAISE_VMEM_LIMIT:
+        if (exposes(ts, kVmemLimit)) {
+          nlohmann::json child = parent;
+          int64_t now = vmem_limit(parent, chip);
+          int64_t cap = static_cast<int64_t>(chip.vmem_bytes * kVmemUsable);
+          child[kVmemLimit] = std::min<int64_t>(cap, static_cast<int64_t>(now * factor));
+          offer("raiseVmemLimit", std::move(child), why,
+                fmt::format("vmem_limit_bytes {:.0f} -> {:.0f} MiB", now / kMiB,
+                            std::min<double>(cap, now * factor) / kMiB),
+                score);
+        }
+        break;
+      case schema::SuggestionKind::REORDER_GRID:
+        if (auto* tu = choice_named({"grid_order"}))
+          next_choices(*tu, "reorderGrid", why, score);
+        break;
+      case schema::SuggestionKind::PARALLEL_SEMANTICS:
+        if (auto* tu = choice_named({"dimension_semantics", "parallel_axis"}))
+          next_choices(*tu, "parallelSemantics", why, score);
+        break;
+      case schema::SuggestionKind::ALIGN_TO_MXU:
+        for (const auto& tu : ts) {
+          if (tu.what != tunable::kind::block)
+            continue;
+          int64_t now = effective(parent, tu);
+          int64_t edge = std::max<int64_t>(chip.mxu_size, tu.align);
+          if (now % edge != 0 && now > edge)
+            resize(tu, static_cast<double>((now / edge) * edge) / now, "alignToMxu", why,
+                   score);
+          else if (now < edge && tu.extent >= edge)
+            resize(tu, static_cast<double>(edge) / now, "alignToMxu", why, score);
+        }
+        break;
+      case schema::SuggestionKind::FUSE_OUTSIDE_WORK:
+        if (auto* tu = choice_named({"fuse", "fuse_epilogue", "fuse_outside"}))
+          next_choices(*tu, "fuseOutsideWork", why, score);
+        break;
+      default:
+        break;
+    }
+  }
+
+  void exploration(double score) {
+    // Blocks one step up and down, then every other value of each choice.
+    for (const auto& tu : ts)
+      if (tu.what == tunable::kind::block) {
+        resize(tu, 2.0, "growBlock",
+               fmt::format("explore: larger {} (fewer grid steps, more reuse per block)",
+                           tu.name),
+               score);
+        resize(tu, 0.5, "shrinkBlock",
+               fmt::format("explore: smaller {} (less VMEM, more pipelining)", tu.name),
+               score - 0.05);
+      }
+    for (const auto& tu : ts)
+      if (tu.what == tunable::kind::choice && tu.name != kVmemLimit)
+        next_choices(tu, "choice",
+                     fmt::format("explore: another {}{}", tu.name,
+                                 tu.meaning.empty() ? "" : " (" + tu.meaning + ")"),
+                     score - 0.1);
+  }
+};
+
+}  // namespace
+
+std::string params_key(const std::string& template_name, const nlohmann::json& params) {
+  return template_name + ":" + params.dump();  // nlohmann orders object keys
+}
+
+int64_t vmem_limit(const nlohmann::json& params, const config::chip& chip) {
+  auto it = params.find(kVmemLimit);
+  if (it != params.end() && it->is_number() && it->get<int64_t>() > 0)
+    return it->get<int64_t>();
+  return static_cast<int64_t>(chip.scoped_vmem_bytes);
+}
+
+bool fit_vmem(const kernel_template& t, const template_match& m, nlohmann::json& params,
+              const config::chip& chip) {
+  int64_t need = t.vmem_bytes(m, params);
+  if (need <= vmem_limit(params, chip))
+    return true;
+  auto cap = static_cast<int64_t>(chip.vmem_bytes * kVmemUsable);
+  if (need > cap || !exposes(t.tunables(m), kVmemLimit))
+    return false;
+  // Headroom over the estimate, rounded up to whole MiB.
+  int64_t mib = 1 << 20;
+  int64_t limit = std::min(cap, ((need + need / 4 + mib - 1) / mib) * mib);
+  params[kVmemLimit] = limit;
+  return true;
+}
+
+std::vector<move> playbook_moves(const kernel_template& t, const template_match& m,
+                                 const nlohmann::json& params, const config::chip& chip,
+                                 const schema::Diagnosis::Reader* diagnosis,
+                                 const std::set<std::string>& seen) {
+  builder b{t, m, params, chip, seen, t.tunables(m), {}, {}};
+  if (diagnosis) {
+    auto suggestions = diagnosis->getSuggestions();
+    for (unsigned i = 0; i < suggestions.size(); ++i)
+      b.from_suggestion(suggestions[i], 10.0 - i);
+  }
+  b.exploration(1.0);
+  std::stable_sort(b.out.begin(), b.out.end(),
+                   [](const move& a, const move& c) { return a.score > c.score; });
+  return b.out;
+}
+
+}  // namespace maxkernel::agents::expert
