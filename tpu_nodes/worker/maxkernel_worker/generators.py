@@ -111,3 +111,43 @@ def redraw_float(shape, dtype, seed: int, index: int, mean: float = 0.0, std: fl
     rng = rng_for(seed, index)
     values = rng.normal(mean, std, tuple(shape)) if std > 0 else np.full(tuple(shape), mean)
     return jnp.asarray(values, dtype=jnp.dtype(dtype))
+
+
+# The tester's value modes (EvalOptions.valueMode, agents/tester): applied to the float,
+# non-structural array inputs after they are drawn; integer, bool, structural and static
+# inputs keep their values, so group sizes and page tables stay consistent.
+VALUE_MODES = ("", "large", "zeros", "sparse")
+DEFAULT_LARGE_SCALE = 1000.0
+_SPARSE_STREAM = 1 << 20          # an rng stream apart from the one that drew the values
+
+
+def _is_float_array(a) -> bool:
+    return hasattr(a, "shape") and hasattr(a, "dtype") and is_float_dtype(a.dtype)
+
+
+def apply_value_mode(args: list, mode: str, scale: float, seed: int, structural: list) -> list:
+    """args with `mode` applied: "large" multiplies by scale (0: DEFAULT_LARGE_SCALE) in
+    float32 before casting back (values past the dtype's range become inf, and the reference
+    then says whether it allows them), "zeros" zeroes, "sparse" zeroes half of the elements
+    (a mask drawn from (seed, input index))."""
+    if not mode:
+        return list(args)
+    scale = float(scale) or DEFAULT_LARGE_SCALE
+    out = []
+    for index, a in enumerate(args):
+        if not _is_float_array(a) or (index < len(structural) and structural[index]):
+            out.append(a)
+            continue
+        dtype = jnp.dtype(a.dtype)
+        if mode == "zeros":
+            out.append(jnp.zeros(a.shape, dtype))
+        elif mode == "large":
+            wide = jnp.float64 if dtype.itemsize == 8 else jnp.float32
+            out.append((jnp.asarray(a).astype(wide) * scale).astype(dtype))
+        elif mode == "sparse":
+            keep = rng_for(seed, _SPARSE_STREAM + index).random(tuple(a.shape)) >= 0.5
+            out.append(jnp.where(keep, jnp.asarray(a), jnp.zeros((), dtype)).astype(dtype))
+        else:
+            raise WorkerError("badInput", f"valueMode {mode!r} is not one of "
+                                          f"{', '.join(repr(m) for m in VALUE_MODES)}")
+    return out

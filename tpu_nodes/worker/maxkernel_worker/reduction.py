@@ -497,3 +497,180 @@ def _native_sizes(task, configuration: int, blocks) -> dict[str, int]:
         break
     task.plans[key] = result
     return dict(result)
+
+
+# ----------------------------------------------------------------------------- ragged sizes
+#
+# The tester's shapeMode "ragged" (agents/tester, docs/agents.md): reduced sizes that leave a
+# partial last block, so a kernel that assumes its blocks divide the array (a grid of
+# size // block, an unmasked last block) is caught by the NaN-poisoned output. Starting from
+# the reduced plan above, each dim that is free to change (not frozen by a full-size block on
+# an operand's last two axes, not derived) is moved, one at a time in the spec's order, to
+# r = k*unit + p: unit is the lcm of the candidate's blocks on it, else the (8,128) tile of its
+# position (128 last axis, 8 second-to-last; leading dims without blocks have none), p an odd
+# partial block (unit//2 + 1), k >= 1 (two grid steps, the last partial) with r <= the full
+# size. A move is kept only when what the reduction guarantees still holds: derived dims are
+# recomputed and stay within 1..full, divisibility among count (leading) dims and by static
+# int arguments is kept, and the reference runs at the sizes. Relations between feature dims
+# (M and K both powers of two) are not kept: they are coincidences the ragged case breaks on
+# purpose.
+
+_TILE_LAST, _TILE_SECOND = 128, 8
+
+
+def _partial(unit: int) -> int:
+    """An odd partial block (not a multiple of the sublane tile either)."""
+    p = unit // 2 + 1 if unit >= 3 else 1
+    if p % 2 == 0:
+        p += 1
+    return min(p, unit - 1)
+
+
+def _ragged_size(v: int, full: int, unit: int) -> int | None:
+    """A size <= full near v that leaves a partial last block of `unit`; None when none."""
+    if unit <= 1:
+        return None
+    p = _partial(unit)
+    k = max(1, v // unit - 1)
+    while k > 1 and k * unit + p > full:
+        k -= 1
+    r = k * unit + p
+    if r > full:
+        r = p if p < full else None
+    return r
+
+
+def _is_ragged(v: int, unit: int) -> bool:
+    return unit > 1 and v % unit != 0
+
+
+def _tile(where: set) -> int:
+    return _TILE_LAST if "last" in where else _TILE_SECOND if "second" in where else 1
+
+
+def ragged_sizes(task, configuration: int, blocks: list) -> tuple[dict, list[str], str]:
+    """(sizes, ragged, reason): sizes as reduced_sizes gives them (dim names for native specs,
+    original sizes otherwise), the readable list of the dims left with a partial last block,
+    and when that list is empty, why no dim could be made ragged."""
+    if task.format == "native":
+        return _native_ragged(task, configuration, blocks)
+    return _value_ragged(task, configuration, blocks)
+
+
+def _native_ragged(task, configuration, blocks):
+    key = ("ragged", configuration, tuple(sorted((tuple(map(int, a)), tuple(-1 if b is None else int(b) for b in bs))
+                                                 for a, bs in blocks)))
+    if key in task.plans:
+        return task.plans[key]
+    positions, inputs = _name_positions(task, configuration)
+    blocked, frozen = _native_constraints(task, positions, inputs, blocks)
+    dims, derived = task.dims, task.derived
+    base = dict(reduced_sizes(task, configuration, blocks))
+    values = task.reduced_dims(base)
+    plan = {n: values[n] for n in dims if n not in derived}
+    counts = [n for n in dims if "leading" in positions.get(n, {"leading"})]
+    count_pairs = [(a, b) for a in counts for b in counts
+                   if dims[a] < dims[b] and dims[b] % dims[a] == 0 and values[b] % values[a] == 0]
+    statics = {a for a in task.abstract_args(configuration) if type(a) is int and a > 1}
+    static_pairs = [(s, b) for s in statics for b in dims if s < dims[b] and dims[b] % s == 0]
+
+    def units(name):
+        bs = {b for b in blocked.get(name, ()) if b > 1}
+        return math.lcm(*bs) if bs else _tile(positions.get(name, {"leading"}))
+
+    def keeps_guarantees(trial):
+        vals, bad = _derived_values(task, trial)
+        if vals is None:
+            return None
+        if any(not 1 <= vals[d] <= dims[d] for d in derived.order):
+            return None
+        if any(vals[b] % vals[a] for a, b in count_pairs) or any(vals[b] % s for s, b in static_pairs):
+            return None
+        return vals
+
+    refused = []
+    for name in dims:
+        if name in derived or name in frozen:
+            continue
+        unit = units(name)
+        if unit <= 1 or _is_ragged(plan[name], unit):
+            continue
+        r = _ragged_size(plan[name], dims[name], unit)
+        if r is None:
+            refused.append(f"{name} {dims[name]} is smaller than a partial {unit}-block can make ragged")
+            continue
+        trial = dict(plan, **{name: r})
+        vals = keeps_guarantees(trial)
+        if vals is None:
+            refused.append(f"{name} {r} would break a derived dim or a divisibility the task keeps")
+            continue
+        if _native_cost(task, configuration, {n: v for n, v in vals.items() if v != dims[n]}) is None:
+            refused.append(f"the reference does not run with {name} {r}")
+            continue
+        plan = trial
+    values = task.reduced_dims(plan)
+    sizes = {n: v for n, v in values.items() if v != dims[n]}
+    ragged = [f"{n} {values[n]} ({values[n] // units(n)} blocks of {units(n)} + {values[n] % units(n)})"
+              for n in dims if n not in frozen and _is_ragged(values[n], units(n))]
+    reason = ""
+    if not ragged:
+        free = [n for n in dims if n not in derived and n not in frozen and units(n) > 1]
+        reason = ("no dim is free to take a ragged size: " +
+                  ("; ".join(refused) if refused else
+                   "every dim is frozen by a full-size block, derived, or a count without blocks"
+                   if not free else "no candidate size found"))
+    result = (sizes, ragged, reason)
+    task.plans[key] = result
+    return result
+
+
+def _value_ragged(task, configuration, blocks):
+    """JAXBench / MaxKernel tasks: ragged targets by size value, realized like reductions."""
+    rule = _targets(task, configuration, blocks)
+    tiles: dict[int, int] = {}
+    for a in task.abstract_args(configuration):
+        if isinstance(a, jax.ShapeDtypeStruct) and len(a.shape) >= 2 and \
+                jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
+            s_last, s_second = int(a.shape[-1]), int(a.shape[-2])
+            tiles[s_last] = max(tiles.get(s_last, 1), _TILE_LAST)
+            tiles[s_second] = max(tiles.get(s_second, 1), _TILE_SECOND)
+
+    def unit(s):
+        bs = {b for b in rule.blocked.get(s, ()) if b > 1}
+        return math.lcm(*bs) if bs else tiles.get(s, 1)
+
+    targets = {}
+    for s in sorted(set(tiles) | set(rule.blocked)):
+        if s in rule.frozen:
+            continue
+        v = rule.get(s, s)
+        r = v if _is_ragged(v, unit(s)) else _ragged_size(v, s, unit(s))
+        if r is not None and r != s:
+            targets[s] = r
+    if not targets:
+        return {}, [], "no dimension is free to take a ragged size (full-size blocks or no tile)"
+    ragged_rule = _RaggedRule(targets, rule.frozen)
+    achieved = None
+    plan = _config_plan(task, configuration, ragged_rule)
+    if plan is not None and any(_is_ragged(n, unit(s)) for s, n in plan[0].items()):
+        achieved = plan[0]
+        task.plans[(configuration, frozenset(achieved.items()))] = ("config", plan[1])
+    elif _value_plan(task, configuration, targets):
+        achieved = targets
+        task.plans[(configuration, frozenset(achieved.items()))] = ("value", targets)
+    if achieved is None:
+        return {}, [], ("the task's sizes cannot be made ragged: its CONFIG drives no ragged "
+                        "size and its inputs cannot be redrawn at other sizes")
+    ragged = [f"{s}->{n} ({n // unit(s)} blocks of {unit(s)} + {n % unit(s)})"
+              for s, n in sorted(achieved.items()) if _is_ragged(n, unit(s))]
+    return achieved, ragged, ""
+
+
+class _RaggedRule(_Rule):
+    """Targets off the block lattice: any smaller size of a dim that is not frozen."""
+
+    def __init__(self, targets, frozen):
+        super().__init__(targets, {}, frozen)
+
+    def allows(self, s: int, n: int) -> bool:
+        return n == s or (s not in self.frozen and 1 <= n < s)

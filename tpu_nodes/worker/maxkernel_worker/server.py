@@ -181,8 +181,14 @@ class Server:
             start = time.perf_counter()
             report, failure = tester.run_tests(cand, task, spec, options)
             ev.result["test"] = report
-            ev.phase("test", start, failure)
-            ev.result["correct"] = not ev.failed
+            if isinstance(failure, tester.Skipped):
+                # Nothing was checked (the reference disallows the tester's inputs): neither
+                # passed nor failed, and correctness is not claimed.
+                ev.skipped("test", failure.message)
+                ev.result["correct"] = False
+            else:
+                ev.phase("test", start, failure)
+                ev.result["correct"] = not ev.failed
         elif kind == "time":
             self._time(ev, cand, task, files, dirs, options, chip, configuration)
         return ev.result

@@ -440,16 +440,33 @@ def _run_reference(task, configuration, args, seed, kind) -> list:
                                       f"{configuration}, seed {seed} ({kind} inputs): {_short(e)}") from e
 
 
-def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tuple[dict, str]:
-    """(sizes, note): a reduced size per original size from the candidate's blocks, or {}."""
+def _blocks_for(cand, task, configuration: int, seed: int, files, dirs):
+    """(blocks, why): the candidate's (array shape, block shape) pairs, or None and why not.
+    Raises WorkerError on a forbidden act while its structure is traced."""
     from .extract import blocks_of, extract
-    from .reduction import reduced_sizes
     static = task.static_argnums(configuration)
     try:
         with guard(files, dirs):
             structure = extract(cand.workload, task.abstract_args(configuration), static,
                                 concrete_args=lambda: unguarded(task.prefetch_args, configuration, seed))
-        blocks = blocks_of(structure)
+        return blocks_of(structure), ""
+    except WorkerError as e:
+        if e.error_class in ("rewardHack", "sandboxViolation"):
+            raise
+        return None, f"{e.error_class}: {e.message}"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:   # SystemExit too; the test itself will report the candidate
+        return None, f"no reduction: {_short(e)}"
+
+
+def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tuple[dict, str]:
+    """(sizes, note): a reduced size per original size from the candidate's blocks, or {}."""
+    from .reduction import reduced_sizes
+    blocks, why = _blocks_for(cand, task, configuration, seed, files, dirs)
+    if blocks is None:
+        return {}, f"configuration {configuration}: tested at full size ({why})"
+    try:
         sizes = reduced_sizes(task, configuration, blocks)
     except WorkerError as e:
         if e.error_class in ("rewardHack", "sandboxViolation"):
@@ -457,30 +474,126 @@ def reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tup
         return {}, f"configuration {configuration}: tested at full size ({e.error_class}: {e.message})"
     except KeyboardInterrupt:
         raise
-    except BaseException as e:   # SystemExit too; the test itself will report the candidate
+    except BaseException as e:
         return {}, f"configuration {configuration}: tested at full size (no reduction: {_short(e)})"
     # keys: original sizes, or dim names for native specs
     full = getattr(task, "dims", {})
     sizes = {k: int(v) for k, v in sizes.items() if int(full.get(k, k)) != int(v)}
     if not sizes:
         return {}, f"configuration {configuration}: tested at full size (nothing to reduce)"
-    text = ", ".join(f"{k} {full[k]}->{v}" if k in full else f"{k}->{v}"
+    return sizes, f"configuration {configuration}: tested at reduced sizes {_sizes_text(sizes, full)}"
+
+
+def _sizes_text(sizes: dict, full: dict) -> str:
+    return ", ".join(f"{k} {full[k]}->{v}" if k in full else f"{k}->{v}"
                      for k, v in sorted(sizes.items(), key=lambda kv: str(kv[0])))
-    return sizes, f"configuration {configuration}: tested at reduced sizes {text}"
 
 
-def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, WorkerError | None]:
-    """TestReport dict and the failure (None when every case passes).
+def ragged_reduction_for(cand, task, configuration: int, seed: int, files, dirs) -> tuple[dict, str, str]:
+    """(sizes, note, skip): shapeMode "ragged" sizes (reduction.ragged_sizes) and a note, or
+    {} and why the configuration cannot be tested with a partial last block."""
+    from .reduction import ragged_sizes
+    blocks, why = _blocks_for(cand, task, configuration, seed, files, dirs)
+    if blocks is None:
+        return {}, "", f"the kernel's blocks are unknown ({why})"
+    sizes, ragged, reason = ragged_sizes(task, configuration, blocks)
+    if not ragged:
+        return {}, "", reason
+    full = getattr(task, "dims", {})
+    return sizes, (f"configuration {configuration}: ragged sizes {_sizes_text(sizes, full)}; "
+                   f"partial last blocks: {', '.join(ragged)}"), ""
 
-    options: EvalOptions dict (seeds, full). Raises WorkerError badInput when the task
-    itself fails (its inputs or reference), which is not the candidate's fault.
+
+class Skipped:
+    """run_tests' answer when no case could be checked (every one was skipped): the test
+    phase is then reported as skipped with `message`, neither passed nor failed."""
+
+    error_class = "none"
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+SHAPE_MODES = ("", "ragged")
+
+
+def _modes(options: dict) -> tuple[str, float, str]:
+    """(valueMode, valueScale, shapeMode) of EvalOptions; badInput when unknown."""
+    from .generators import VALUE_MODES
+    value_mode = str(options.get("valueMode") or "")
+    shape_mode = str(options.get("shapeMode") or "")
+    scale = float(options.get("valueScale") or 0.0)
+    if value_mode not in VALUE_MODES:
+        raise WorkerError("badInput", f"options.valueMode {value_mode!r} is not one of "
+                                      f"{', '.join(repr(m) for m in VALUE_MODES)}")
+    if shape_mode not in SHAPE_MODES:
+        raise WorkerError("badInput", f"options.shapeMode {shape_mode!r} is not one of "
+                                      f"{', '.join(repr(m) for m in SHAPE_MODES)}")
+    if not np.isfinite(scale) or scale < 0:
+        raise WorkerError("badInput", f"options.valueScale {scale!r} must be a finite number >= 0")
+    if shape_mode == "ragged" and options.get("full"):
+        raise WorkerError("badInput", "options.shapeMode 'ragged' tests at reduced sizes; it "
+                                      "cannot be combined with options.full")
+    return value_mode, scale, shape_mode
+
+
+def _degenerate_output(leaves: list) -> bool:
+    """Every output with more than one element holds one value (and some output has more)."""
+    big = [x for x in leaves if x.size > 1]
+    return bool(big) and _constant(big)
+
+
+def reference_disallows(expected: list, value_mode: str) -> str:
+    """Why the reference's output on adversarial inputs cannot judge a kernel ("" when it
+    can): not finite anywhere (overflow, 0/0), or degenerate ("large" and "sparse": one
+    value everywhere, which a constant kernel would match; "zeros" expects exactly that)."""
+    bad, total = 0, 0
+    for x in expected:
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(x.astype(np.float32)) if x.dtype.kind in "fc" or x.dtype.name == "bfloat16" \
+                else np.ones(x.shape, bool)
+        bad += int(x.size - finite.sum())
+        total += int(x.size)
+    if bad:
+        return (f"the reference's output is not finite on {value_mode} inputs ({bad} of {total} "
+                f"elements are NaN or Inf)")
+    if value_mode in ("large", "sparse") and _degenerate_output(expected):
+        value = next(x for x in expected if x.size > 1).reshape(-1)[0]
+        return f"the reference's output is degenerate on {value_mode} inputs (every element is {value})"
+    return ""
+
+
+def _adversarial_reference(task, c, args, seed, kind, value_mode) -> tuple[list | None, str]:
+    """(expected, skip): the reference on adversarial inputs, or None and why it disallows them."""
+    try:
+        expected = _run_reference(task, c, args, seed, kind)
+    except WorkerError as e:
+        if e.error_class != "badInput":
+            raise
+        return None, f"the reference fails on {value_mode} inputs ({e.message})"
+    return expected, reference_disallows(expected, value_mode)
+
+
+def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, WorkerError | Skipped | None]:
+    """TestReport dict and the failure (None when every case passes, Skipped when no case
+    could be checked).
+
+    options: EvalOptions dict (seeds, full, valueMode, valueScale, shapeMode). Raises
+    WorkerError badInput when the task itself fails (its inputs or reference), which is not
+    the candidate's fault, or when the options are invalid. With a valueMode, a case whose
+    reference output is not finite or degenerate (reference_disallows) is skipped with its
+    reason in the notes; with shapeMode "ragged", a configuration no dim of which can take a
+    partial last block is skipped likewise.
     """
+    value_mode, scale, shape_mode = _modes(options)
     seeds = [int(s) for s in (options.get("seeds") or [])] or list(DEFAULT_SEEDS)
     full = bool(options.get("full", False))
     files, dirs = forbidden_for(task, spec)
     clear = _jitted_reference(task)
     report = {"cases": [], "degenerateReference": False, "notes": []}
     failure = None
+    skipped = []   # reasons, one per skipped case or configuration
+    kind_of_mode = "+".join(m for m in (shape_mode, value_mode) if m) or "fresh"
     for c in range(task.num_configurations):
         # Called eagerly, as a harness would: a workload that keeps Python state between
         # calls (a replayed answer) is caught by its outputs, not hidden inside a jit trace.
@@ -488,18 +601,30 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
         sizes = {}
         if not full:
             try:
-                sizes, note = reduction_for(cand, task, c, seeds[0], files, dirs)
+                if shape_mode == "ragged":
+                    sizes, note, skip = ragged_reduction_for(cand, task, c, seeds[0], files, dirs)
+                    if skip:
+                        why = f"configuration {c} ({kind_of_mode}): skipped: {skip}"
+                        report["notes"].append(why)
+                        skipped.append(why)
+                        continue
+                else:
+                    sizes, note = reduction_for(cand, task, c, seeds[0], files, dirs)
             except WorkerError as e:   # a forbidden act while its structure was traced
                 report["notes"].append(f"configuration {c}: {e.error_class} while tracing "
                                        f"the kernel: {e.message}")
                 failure = WorkerError(e.error_class, f"configuration {c}: {e.message}")
                 break
             report["notes"].append(note)
-        degenerate = bool(getattr(task, "degenerate", False))
-        plan = [(s, "fresh", False) for s in seeds]
+        # Redrawing from N(0,1) would undo a value mode; such cases judge the reference on
+        # each case instead (reference_disallows).
+        degenerate = bool(getattr(task, "degenerate", False)) and not value_mode
+        plan = [(s, kind_of_mode, False) for s in seeds]
+        redrawn = "ragged+redrawn-normal" if shape_mode else "redrawn-normal"
         if degenerate:
             report["degenerateReference"] = True
-            plan += [(s, "redrawn-normal", True) for s in seeds]
+            plan += [(s, redrawn, True) for s in seeds]
+        structural = task.structural(c) if value_mode else []
         seen = []   # (candidate digest, reference digest, passed, case number)
         fresh_refs = []
         i = 0
@@ -507,16 +632,35 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
             seed, kind, redraw = plan[i]
             i += 1
             args = task.make_args(c, seed, sizes or None, redraw_normal=redraw)
+            if value_mode:
+                from .generators import apply_value_mode
+                args = apply_value_mode(args, value_mode, scale, seed, structural)
             case = {"configuration": c, "seed": seed, "kind": kind, "reduced": bool(sizes),
                     "inputShapes": _shape_text(args)}
             try:
                 got = _run_candidate(cand, fn, args, files, dirs, clear)
             except WorkerError as e:
+                if value_mode and e.error_class not in ("rewardHack", "sandboxViolation"):
+                    # Inputs the reference does not allow judge no kernel, however it fails.
+                    _, skip = _adversarial_reference(task, c, args, seed, kind, value_mode)
+                    if skip:
+                        why = f"configuration {c}, seed {seed} ({kind}): skipped: {skip}"
+                        report["notes"].append(why)
+                        skipped.append(why)
+                        continue
                 report["cases"].append(dict(case, passed=False, output=-1, maxAbsErr=0.0,
                                             maxRelErr=0.0, worstIndex=[], message=e.message))
                 failure = e
                 break
-            expected = _run_reference(task, c, args, seed, kind)
+            if value_mode:
+                expected, skip = _adversarial_reference(task, c, args, seed, kind, value_mode)
+                if skip:
+                    why = f"configuration {c}, seed {seed} ({kind}): skipped: {skip}"
+                    report["notes"].append(why)
+                    skipped.append(why)
+                    continue
+            else:
+                expected = _run_reference(task, c, args, seed, kind)
             result, error_class = compare(got, expected, task.tolerance)
             cand_digest, ref_digest = _digest(got), _digest(expected)
             for earlier_digest, earlier_ref, earlier_passed, number in seen:
@@ -532,9 +676,9 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
                     break
             seen.append((cand_digest, ref_digest, error_class is None, len(report["cases"])))
             report["cases"].append(dict(case, **result))
-            if kind == "fresh":
+            if not redraw:
                 fresh_refs.append(expected)
-            if kind == "fresh" and len(fresh_refs) == 2 and not degenerate:
+            if not redraw and len(fresh_refs) == 2 and not degenerate and not value_mode:
                 change = _relative_change(fresh_refs[0], fresh_refs[1])
                 if change < DEGENERATE_CHANGE:
                     degenerate = True
@@ -542,7 +686,7 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
                     report["notes"].append(
                         f"configuration {c}: the reference's outputs barely change between seeds "
                         f"(relative change {change:.2g}); also testing on inputs redrawn from N(0,1)")
-                    plan += [(s, "redrawn-normal", True) for s in seeds]
+                    plan += [(s, redrawn, True) for s in seeds]
             if error_class:
                 failure = WorkerError(error_class, f"configuration {c}, seed {seed} ({kind}"
                                                    f"{', reduced' if sizes else ''}): {result['message']}")
@@ -551,4 +695,7 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
             if c + 1 < task.num_configurations:
                 report["notes"].append(f"configurations {c + 1}.. not tested after the failure")
             break
+    if failure is None and not report["cases"] and skipped:
+        failure = Skipped(f"every case was skipped; {skipped[0]}"
+                          + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
     return report, failure
