@@ -55,11 +55,11 @@
 //
 //   def <name>_init(row_shape):                          # -> list of accumulators
 //   def <name>_step(accs, seeds, extras, offsets, extents):  # one block along a -> accs
-//   def <name>_final(accs, extras, offsets, extents):    # -> list of outputs
+//   def <name>_final(accs, extras, offsets, extents, row_shape):  # -> list of outputs
 //
 // so a kernel can loop over blocks of a (logsumexp, cross-entropy over a vocabulary, row
 // sums of a matmul's output) without holding a full row. Accumulators have the row shape
-// (unit along a) and are f32 or int32.
+// (the kernel block shape with 1 along a) and the dtypes in accumulator_dtypes.
 //
 // The wrapper side. `operands[i].space_shape` is a Python expression of the operand's shape
 // in space form (every space axis, extent or 1) to reshape the input to before the
@@ -137,6 +137,7 @@ struct block_program {
   std::string stream_refusal;
   std::string stream_code;              // <name>_init, <name>_step, <name>_final
   int accumulators = 0;
+  std::vector<std::string> accumulator_dtypes;  // "float32" / "int32", per accumulator
 };
 
 // Builds the program; false with `reason` (one line) when something between the seeds and
