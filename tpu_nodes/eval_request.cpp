@@ -18,6 +18,11 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
   auto options = request.initOptions();
   options.setFull(settings.full);
   options.setProfileOnly(settings.profile_only);
+  if (!settings.value_mode.empty())
+    options.setValueMode(settings.value_mode);
+  options.setValueScale(settings.value_scale);
+  if (!settings.shape_mode.empty())
+    options.setShapeMode(settings.shape_mode);
   if (settings.chip.empty())
     options.setChip(spec.getChip());
   else

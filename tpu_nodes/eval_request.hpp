@@ -17,6 +17,10 @@ struct request_settings {
   std::vector<uint64_t> seeds;
   bool reference = false;
   bool profile_only = false;     // lower, extract and profile; no test
+  // The tester's choices (EvalOptions, agents/tester): "" leaves the worker's defaults.
+  std::string value_mode;        // "", large, zeros, sparse
+  double value_scale = 0;        // for large; 0: the worker's default
+  std::string shape_mode;        // "", ragged
 };
 
 // The candidate's id is the sha256 of its source; `origin` says where it came from.

@@ -4,6 +4,8 @@
 
 #include <capnp/message.h>
 
+#include <cstdio>
+
 namespace maxkernel::tpu_nodes {
 
 std::string spec_hash(schema::KernelSpec::Reader spec) {
@@ -28,6 +30,22 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
     out += options.getFull() ? ";full=1" : ";full=0";
     if (options.getProfileOnly())
       out += ";profileOnly=1";
+    // The tester's modes (agents/tester): appended only when set, so the keys of requests
+    // without them are the ones stored before the modes existed.
+    auto value_mode = options.getValueMode();
+    if (value_mode.size() > 0) {
+      out += ";valueMode=";
+      out += value_mode.cStr();
+      char scale[32];
+      std::snprintf(scale, sizeof scale, "%.17g", options.getValueScale());
+      out += ";valueScale=";
+      out += scale;
+    }
+    auto shape_mode = options.getShapeMode();
+    if (shape_mode.size() > 0) {
+      out += ";shapeMode=";
+      out += shape_mode.cStr();
+    }
   }
   if (backend == "jax-tpu") {
     out += ";timeRuns=" + std::to_string(options.getTimeRuns());

@@ -15,7 +15,8 @@ namespace maxkernel::tpu_nodes {
 std::string spec_hash(schema::KernelSpec::Reader spec);
 
 // The options that change a result, as text: seeds, full and configuration for a candidate
-// (a reference is not tested: configuration only), plus the timing runs on jax-tpu.
+// (a reference is not tested: configuration only), the tester's valueMode (with valueScale)
+// and shapeMode when set, plus the timing runs on jax-tpu.
 std::string result_options(schema::EvalRequest::Reader request, std::string_view backend);
 
 // Remembers the keys of requests seen recently. A search resubmits the same sources, and

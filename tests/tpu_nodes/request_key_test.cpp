@@ -1,0 +1,122 @@
+// The evaluation key of a request (tpu_nodes/request_key) over requests built the one way
+// commands build them (tpu_nodes/eval_request): every option that changes a result changes
+// the key, the tester's modes included, and a request without the modes keeps the key text
+// it had before they existed (results already in the store still answer it).
+#include "tpu_nodes/eval_request.hpp"
+#include "tpu_nodes/request_key.hpp"
+
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+using namespace maxkernel;
+using tpu_nodes::request_settings;
+
+namespace {
+
+const char* kernel_source = "def workload(a, b):\n    return a @ b\n";
+
+struct built {
+  capnp::MallocMessageBuilder spec_msg;
+  capnp::MallocMessageBuilder msg;
+  schema::EvalRequest::Reader request;
+};
+
+void build(built& b, const request_settings& settings) {
+  auto spec = b.spec_msg.initRoot<schema::KernelSpec>();
+  spec.setSchemaVersion(schema::SCHEMA_VERSION);
+  spec.setName("matmul");
+  spec.setChip("v5e");
+  spec.setReference("def reference(a, b):\n    return a @ b\n");
+  tpu_nodes::build_eval_request(b.msg.initRoot<schema::EvalRequest>(), spec.asReader(),
+                                kernel_source, "test", settings);
+  b.request = b.msg.getRoot<schema::EvalRequest>().asReader();
+}
+
+std::string key_of(const request_settings& settings) {
+  built b;
+  build(b, settings);
+  return tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2");
+}
+
+std::string options_of(const request_settings& settings) {
+  built b;
+  build(b, settings);
+  return tpu_nodes::result_options(b.request, "model");
+}
+
+request_settings seeds(std::vector<uint64_t> s) {
+  request_settings r;
+  r.seeds = std::move(s);
+  return r;
+}
+
+TEST(RequestKey, BuildEvalRequestCarriesTheTestersModes) {
+  auto settings = seeds({4});
+  settings.value_mode = "large";
+  settings.value_scale = 250;
+  settings.shape_mode = "ragged";
+  built b;
+  build(b, settings);
+  auto options = b.request.getOptions();
+  EXPECT_EQ(options.getValueMode(), "large");
+  EXPECT_DOUBLE_EQ(options.getValueScale(), 250);
+  EXPECT_EQ(options.getShapeMode(), "ragged");
+  EXPECT_EQ(options.getChip(), "v5e");
+  ASSERT_EQ(options.getSeeds().size(), 1u);
+  EXPECT_EQ(options.getSeeds()[0], 4u);
+
+  built plain;
+  build(plain, seeds({4}));
+  EXPECT_FALSE(plain.request.getOptions().hasValueMode());
+  EXPECT_FALSE(plain.request.getOptions().hasShapeMode());
+}
+
+TEST(RequestKey, WithoutModesTheOptionsTextIsUnchanged) {
+  EXPECT_EQ(options_of(seeds({1, 2})), "configuration=0;seeds=1,2;full=0");
+  auto full = seeds({});
+  full.full = true;
+  EXPECT_EQ(options_of(full), "configuration=0;seeds=;full=1");
+}
+
+TEST(RequestKey, EachModeHasItsOwnKey) {
+  std::set<std::string> keys;
+  auto add = [&](const request_settings& s) { return keys.insert(key_of(s)).second; };
+  EXPECT_TRUE(add(seeds({0})));
+  for (const char* mode : {"large", "zeros", "sparse"}) {
+    auto s = seeds({0});
+    s.value_mode = mode;
+    EXPECT_TRUE(add(s)) << mode;
+  }
+  auto scaled = seeds({0});
+  scaled.value_mode = "large";
+  scaled.value_scale = 100;
+  EXPECT_TRUE(add(scaled)) << "another scale is another result";
+  auto ragged = seeds({0});
+  ragged.shape_mode = "ragged";
+  EXPECT_TRUE(add(ragged));
+  auto both = ragged;
+  both.value_mode = "large";
+  EXPECT_TRUE(add(both));
+  EXPECT_EQ(keys.size(), 7u);
+
+  // The same request gives the same key.
+  EXPECT_EQ(key_of(both), key_of(both));
+  EXPECT_EQ(options_of(both), "configuration=0;seeds=0;full=0;valueMode=large;valueScale=0;"
+                              "shapeMode=ragged");
+  EXPECT_EQ(options_of(scaled), "configuration=0;seeds=0;full=0;valueMode=large;valueScale=100");
+}
+
+TEST(RequestKey, AReferenceIgnoresTheTestersModes) {
+  // A reference request is timed, never tested: its modes cannot change its result.
+  auto plain = seeds({});
+  plain.reference = true;
+  auto moded = plain;
+  moded.value_mode = "zeros";
+  moded.shape_mode = "ragged";
+  EXPECT_EQ(key_of(plain), key_of(moded));
+}
+
+}  // namespace
