@@ -84,8 +84,15 @@ struct attempt {
       if (tu.what != tunable::kind::block)
         continue;
       int64_t now = value_of(params, tu);
+      // The largest multiple of the lane width dividing the dimension, at most the block:
+      // legal for every dtype's sublane packing and for the lane axis; else the whole dim.
       int64_t lane = std::max<int64_t>(tu.align, chip.lanes);
-      int64_t want = tu.extent >= lane ? std::max(lane, (now / lane) * lane) : tu.extent;
+      int64_t want = tu.extent;
+      for (int64_t b = (now / lane) * lane; b >= lane; b -= lane)
+        if (tu.extent % b == 0) {
+          want = b;
+          break;
+        }
       child[tu.name] = want;
       int64_t after = value_of(child, tu);
       if (after != now)
@@ -186,7 +193,7 @@ std::string failure_message(schema::EvalResult::Reader result) {
 repair repair_params(const kernel_template& t, const template_match& m,
                      const nlohmann::json& params, const config::chip& chip,
                      schema::EvalResult::Reader failed, const std::set<std::string>& tried) {
-  attempt a{t, m, params, chip, tried};
+  attempt a{t, m, params, chip, tried, t.tunables(m), {}};
   std::string cls = failure_class(failed);
   std::string msg = failure_message(failed);
   a.result.reason = fmt::format("{}: {}", cls, first_line(msg));

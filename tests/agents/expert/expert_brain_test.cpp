@@ -1,0 +1,302 @@
+// The expert brain's planner, implementer, debugger and playbook on a small real template
+// (tests/agents/expert/scale_template): what each answers for matched and unmatched
+// references, history with a diagnosis, failed evaluations of each error class.
+#include "agents/expert/expert_brains.hpp"
+#include "agents/expert/playbook.hpp"
+#include "agents/expert/block_size.hpp"
+#include "config/chip_loader.hpp"
+#include "maxkernel/schema/common.capnp.h"
+#include "messages/content_hash.hpp"
+#include "tests/agents/expert/scale_template.hpp"
+
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace maxkernel;
+namespace ex = agents::expert;
+
+namespace {
+
+std::vector<ex::template_ptr> templates() { return {std::make_shared<tests::scale_template>()}; }
+
+config::chip v5e() {
+  config::chip c;
+  config::spec_error e;
+  EXPECT_TRUE(config::load_chip("v5e", c, e)) << e.what();
+  return c;
+}
+
+struct planner_fixture {
+  capnp::MallocMessageBuilder msg;
+  schema::PlannerRequest::Builder req = msg.initRoot<schema::PlannerRequest>();
+  explicit planner_fixture(const std::string& prim, int64_t rows = 1024, int64_t cols = 2048) {
+    req.setSchemaVersion(schema::SCHEMA_VERSION);
+    req.getSpec().setName("t");
+    req.setChip("v5e");
+    tests::build_graph(req.initAnalysis(), prim, rows, cols);
+  }
+};
+
+nlohmann::json params_of(schema::Candidate::Reader c) {
+  nlohmann::json p;
+  for (auto x : c.getParams())
+    p[x.getName().cStr()] = nlohmann::json::parse(x.getValue().cStr());
+  return p;
+}
+
+// A first candidate through the implementer, as the planner's first step asks.
+template <class Put>
+void first_candidate(planner_fixture& f, Put put) {
+  capnp::MallocMessageBuilder pm;
+  auto plan = pm.initRoot<schema::Plan>();
+  ASSERT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+  ASSERT_GT(plan.getSteps().size(), 0u);
+  capnp::MallocMessageBuilder im;
+  auto ireq = im.initRoot<schema::ImplementRequest>();
+  ireq.setSpec(f.req.getSpec().asReader());
+  ireq.setAnalysis(f.req.getAnalysis().asReader());
+  ireq.setStep(plan.getSteps()[0].asReader());
+  ireq.setChip("v5e");
+  capnp::MallocMessageBuilder rm;
+  auto reply = rm.initRoot<schema::ImplementReply>();
+  auto s = ex::make_expert_implementer(templates())->implement(ireq.asReader(), reply);
+  ASSERT_TRUE(s.ok()) << s.message;
+  put(reply.getCandidate().asReader());
+}
+
+}  // namespace
+
+TEST(ExpertPlanner, FirstStepInstantiatesTheMatchingTemplate) {
+  planner_fixture f("mul");
+  capnp::MallocMessageBuilder pm;
+  auto plan = pm.initRoot<schema::Plan>();
+  ASSERT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+  EXPECT_FALSE(plan.getNoTemplate());
+  ASSERT_EQ(plan.getSteps().size(), 1u);
+  auto step = plan.getSteps()[0];
+  EXPECT_EQ(std::string(step.getMove().cStr()), "template");
+  EXPECT_EQ(std::string(step.getTemplate().cStr()), "scale");
+  EXPECT_NE(std::string(step.getRationale().cStr()).find("x[1024x2048] * 2.0"),
+            std::string::npos);
+  EXPECT_NE(std::string(step.getExpectedEffect().cStr()).find("VMEM"), std::string::npos);
+}
+
+TEST(ExpertPlanner, NoTemplateIsAnHonestAnswer) {
+  planner_fixture f("exp");
+  capnp::MallocMessageBuilder pm;
+  auto plan = pm.initRoot<schema::Plan>();
+  ASSERT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+  EXPECT_TRUE(plan.getNoTemplate());
+  EXPECT_EQ(plan.getSteps().size(), 0u);
+  EXPECT_NE(std::string(plan.getMessage().cStr()).find("exp"), std::string::npos);
+  EXPECT_NE(std::string(plan.getMessage().cStr()).find("scale"), std::string::npos);
+}
+
+TEST(ExpertPlanner, MovesFollowTheDiagnosisOfTheBestCandidate) {
+  planner_fixture f("mul");
+  auto history = f.req.initHistory(1);
+  first_candidate(f, [&](schema::Candidate::Reader c) { history[0].setCandidate(c); });
+  auto result = history[0].initResult();
+  result.setCorrect(true);
+  result.setHasProfile(true);
+  result.getProfile().setTimeUs(100);
+  history[0].setHasDiagnosis(true);
+  auto diag = history[0].initDiagnosis();
+  diag.setBound("overhead");
+  diag.setTimeUs(100);
+  diag.setRooflineUs(20);
+  diag.setHeadroom(0.2);
+  auto s = diag.initSuggestions(1)[0];
+  s.setKind(schema::SuggestionKind::GROW_BLOCK);
+  s.setCallIndex(0);
+  s.setAxis(1);  // the cols axis
+  s.setFactor(2);
+  s.setRationale("overhead-bound: 32 steps along axis 1");
+  f.req.setMaxSteps(4);
+  capnp::MallocMessageBuilder pm;
+  auto plan = pm.initRoot<schema::Plan>();
+  ASSERT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+  ASSERT_EQ(plan.getSteps().size(), 4u);
+  auto first = plan.getSteps()[0];
+  EXPECT_EQ(std::string(first.getMove().cStr()), "growBlock");
+  EXPECT_EQ(std::string(first.getParentId().cStr()),
+            std::string(history[0].getCandidate().getId().cStr()));
+  ASSERT_EQ(first.getChanges().size(), 1u);
+  EXPECT_EQ(std::string(first.getChanges()[0].getName().cStr()), "block_cols");
+  EXPECT_EQ(std::string(first.getChanges()[0].getValue().cStr()), "1024");
+  EXPECT_NE(std::string(first.getRationale().cStr()).find("overhead-bound at 20%"),
+            std::string::npos);
+  // Scores never increase down the plan.
+  for (unsigned i = 1; i < plan.getSteps().size(); ++i)
+    EXPECT_LE(plan.getSteps()[i].getScore(), plan.getSteps()[i - 1].getScore());
+}
+
+TEST(Playbook, AtLeastThreeDistinctValidChildren) {
+  planner_fixture f("mul");
+  ex::graph_view g(f.req.getAnalysis().asReader());
+  tests::scale_template t;
+  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto chip = v5e();
+  auto parent = t.initial_params(m, chip);
+  auto moves = ex::playbook_moves(t, m, parent, chip, nullptr, {});
+  ASSERT_GE(moves.size(), 3u);
+  std::set<std::string> keys;
+  for (const auto& mv : moves) {
+    EXPECT_LE(t.vmem_bytes(m, mv.params), ex::vmem_limit(mv.params, chip)) << mv.name;
+    EXPECT_NE(mv.params, parent);
+    EXPECT_FALSE(mv.changes.empty());
+    keys.insert(mv.params.dump());
+    std::string src, err;
+    EXPECT_TRUE(t.render(m, mv.params, src, err)) << err;
+  }
+  EXPECT_EQ(keys.size(), moves.size());
+  // Already-tried children are not offered again.
+  std::set<std::string> seen;
+  for (const auto& mv : moves)
+    seen.insert(ex::params_key("scale", mv.params));
+  EXPECT_TRUE(ex::playbook_moves(t, m, parent, chip, nullptr, seen).empty());
+}
+
+TEST(Playbook, GrowingPastTheScopedLimitRaisesItWithinTheCore) {
+  planner_fixture f("mul", 8192, 8192);
+  ex::graph_view g(f.req.getAnalysis().asReader());
+  tests::scale_template t;
+  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto chip = v5e();
+  // 2048 x 4096 f32 blocks, double-buffered in and out: 128 MiB, beyond any core.
+  nlohmann::json big = {{"block_rows", 2048}, {"block_cols", 4096}, {"grid_order", "rows"}};
+  EXPECT_FALSE(ex::fit_vmem(t, m, big, chip));
+  // 512 x 4096: 32 MiB > v5e's 16 MiB scoped default, < its 128 MiB VMEM.
+  nlohmann::json mid = {{"block_rows", 512}, {"block_cols", 4096}, {"grid_order", "rows"}};
+  ASSERT_TRUE(ex::fit_vmem(t, m, mid, chip));
+  EXPECT_GE(mid["vmem_limit_bytes"].get<int64_t>(), t.vmem_bytes(m, mid));
+  EXPECT_LE(mid["vmem_limit_bytes"].get<int64_t>(), static_cast<int64_t>(chip.vmem_bytes));
+}
+
+namespace {
+
+struct debug_fixture {
+  planner_fixture f;
+  capnp::MallocMessageBuilder msg;
+  schema::DebugRequest::Builder req = msg.initRoot<schema::DebugRequest>();
+  debug_fixture(schema::ErrorClass cls, const std::string& message, nlohmann::json params = {},
+                int64_t rows = 1024)
+    : f("mul", rows) {
+    req.setSpec(f.req.getSpec().asReader());
+    req.setAnalysis(f.req.getAnalysis().asReader());
+    req.setChip("v5e");
+    req.setAttempt(1);
+    req.setMaxAttempts(3);
+    first_candidate(f, [&](schema::Candidate::Reader c) { req.setCandidate(c); });
+    if (!params.is_null()) {
+      auto list = req.getCandidate().initParams(static_cast<unsigned>(params.size()));
+      unsigned i = 0;
+      for (const auto& [k, v] : params.items()) {
+        list[i].setName(k);
+        list[i++].setValue(v.dump());
+      }
+    }
+    auto phase = req.initResult().initPhases(1)[0];
+    phase.setStatus(schema::Status::FAILED);
+    phase.setErrorClass(cls);
+    phase.setMessage(message);
+  }
+  schema::DebugReply::Reader run(capnp::MallocMessageBuilder& out) {
+    auto reply = out.initRoot<schema::DebugReply>();
+    auto s = ex::make_expert_debugger(templates())->debug(req.asReader(), reply);
+    EXPECT_TRUE(s.ok()) << s.message;
+    return reply.asReader();
+  }
+};
+
+}  // namespace
+
+TEST(ExpertDebugger, VmemOomRaisesTheLimitThenShrinks) {
+  debug_fixture d(schema::ErrorClass::VMEM_OOM, "needs 40 MiB of VMEM");
+  capnp::MallocMessageBuilder out;
+  auto r = d.run(out);
+  ASSERT_TRUE(r.getRepaired()) << r.getReason().cStr();
+  std::string fix = r.getFix().cStr();
+  EXPECT_NE(fix.find("raise vmem_limit_bytes"), std::string::npos) << fix;
+  EXPECT_EQ(std::string(r.getCandidate().getParentId().cStr()),
+            std::string(d.req.getCandidate().getId().cStr()));
+  EXPECT_EQ(std::string(r.getCandidate().getId().cStr()),
+            messages::sha256_hex(r.getCandidate().getSource().cStr()));
+  // The same fix is not offered twice on one lineage: the next is a smaller block.
+  d.req.initTried(1).set(0, fix);
+  capnp::MallocMessageBuilder out2;
+  auto r2 = d.run(out2);
+  ASSERT_TRUE(r2.getRepaired());
+  EXPECT_NE(std::string(r2.getFix().cStr()).find("shrink block_cols 512 -> 256"),
+            std::string::npos)
+    << r2.getFix().cStr();
+}
+
+TEST(ExpertDebugger, BlockShapeErrorsRealignBlocks) {
+  debug_fixture d(schema::ErrorClass::LOWER_BLOCK_SHAPE, "block shape (200, 300) not divisible",
+                  {{"block_rows", 192}, {"block_cols", 512}, {"grid_order", "rows"}}, 1536);
+  capnp::MallocMessageBuilder out;
+  auto r = d.run(out);
+  ASSERT_TRUE(r.getRepaired()) << r.getReason().cStr();
+  EXPECT_NE(std::string(r.getFix().cStr()).find("realign"), std::string::npos);
+  auto p = params_of(r.getCandidate());
+  EXPECT_EQ(p["block_rows"].get<int64_t>(), 128);  // 192 -> a lane multiple dividing 1536
+  EXPECT_EQ(p["block_cols"].get<int64_t>(), 512);
+}
+
+TEST(ExpertDebugger, GivesUpWithAReason) {
+  debug_fixture d(schema::ErrorClass::REWARD_HACK, "read the reference");
+  capnp::MallocMessageBuilder out;
+  auto r = d.run(out);
+  EXPECT_FALSE(r.getRepaired());
+  EXPECT_NE(std::string(r.getReason().cStr()).find("rewardHack"), std::string::npos);
+  // A kernel that no template rendered is not the expert's to repair.
+  debug_fixture hand(schema::ErrorClass::MISMATCH, "values differ");
+  hand.req.getCandidate().setTemplate("");
+  capnp::MallocMessageBuilder out2;
+  auto r2 = hand.run(out2);
+  EXPECT_FALSE(r2.getRepaired());
+  EXPECT_NE(std::string(r2.getReason().cStr()).find("not rendered from an expert template"),
+            std::string::npos);
+  // Past the attempt budget.
+  debug_fixture late(schema::ErrorClass::VMEM_OOM, "oom");
+  late.req.setAttempt(4);
+  capnp::MallocMessageBuilder out3;
+  EXPECT_FALSE(late.run(out3).getRepaired());
+}
+
+TEST(ExpertImplementer, MovesApplyToTheParentsParams) {
+  planner_fixture f("mul");
+  capnp::MallocMessageBuilder cm;
+  first_candidate(f, [&](schema::Candidate::Reader c) { cm.setRoot(c); });
+  auto parent = cm.getRoot<schema::Candidate>();
+  capnp::MallocMessageBuilder im;
+  auto req = im.initRoot<schema::ImplementRequest>();
+  req.setSpec(f.req.getSpec().asReader());
+  req.setAnalysis(f.req.getAnalysis().asReader());
+  req.setChip("v5e");
+  req.setParent(parent.asReader());
+  req.setHasParent(true);
+  auto step = req.initStep();
+  step.setMove("reorderGrid");
+  auto ch = step.initChanges(1)[0];
+  ch.setName("grid_order");
+  ch.setValue("\"cols\"");
+  capnp::MallocMessageBuilder rm;
+  auto reply = rm.initRoot<schema::ImplementReply>();
+  ASSERT_TRUE(ex::make_expert_implementer(templates())->implement(req.asReader(), reply).ok());
+  auto c = reply.getCandidate();
+  auto p = params_of(c);
+  EXPECT_EQ(p["grid_order"], "cols");
+  EXPECT_EQ(p["block_rows"], params_of(parent)["block_rows"]);
+  EXPECT_EQ(std::string(c.getParentId().cStr()), std::string(parent.getId().cStr()));
+  EXPECT_NE(std::string(c.getSource().cStr()).find("cols // bc, rows // br"), std::string::npos);
+  // A move without a template parent is refused.
+  req.setHasParent(false);
+  capnp::MallocMessageBuilder rm2;
+  auto s = ex::make_expert_implementer(templates())->implement(
+    req.asReader(), rm2.initRoot<schema::ImplementReply>());
+  EXPECT_EQ(s.code, messages::error_code::bad_input);
+}
