@@ -2,6 +2,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
+#include "cli/propose_command.hpp"
 #include "cli/template_command.hpp"
 #include "cli/spec_command.hpp"
 #include "config/chip_names.hpp"
@@ -94,6 +95,29 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--deadline", model.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::propose_options propose;
+  auto* propose_cmd = app.add_subcommand(
+    "propose", "the agent pool's first answer: plan, implement, repair and test a first kernel");
+  propose_cmd->add_option("SPEC", propose.spec,
+                          "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  propose_cmd->add_option("--chip", propose.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember(chips));
+  propose_cmd->add_option("--out", propose.out, "write DIR/kernel.py and DIR/result.json");
+  propose_cmd->add_option("--json", propose.json, "write the result as JSON to FILE, or - for stdout");
+  propose_cmd->add_option("--brains", propose.brains,
+                          "brain config YAML (docs/brains.md; default: every role expert)");
+  propose_cmd->add_option("--state-dir", propose.state_dir, "where the evaluation store lives");
+  propose_cmd->add_flag("--no-store", propose.no_store,
+                        "neither answer from nor record in the evaluation store");
+  propose_cmd->add_option("--max-repairs", propose.max_repairs, "debugger attempts per candidate lineage")
+    ->check(CLI::Range(0u, 20u));
+  propose_cmd->add_option("--max-steps", propose.max_steps, "plan steps (first candidates) to try")
+    ->check(CLI::Range(1u, 20u));
+  propose_cmd->add_option("--seed", propose.seed, "seed of the brains and of the tester's cases");
+  propose_cmd->add_option("--deadline", propose.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+
   maxkernel::cli::template_options tmpl;
   auto* template_cmd = app.add_subcommand(
     "template", "which expert templates match a task's reference, and the kernel one renders");
@@ -130,6 +154,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_model(model);
     if (*template_cmd)
       return maxkernel::cli::run_template(tmpl);
+    if (*propose_cmd)
+      return maxkernel::cli::run_propose(propose);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
   } catch (const std::exception& e) {
