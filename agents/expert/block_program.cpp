@@ -166,8 +166,17 @@ bool transcendental(const std::string& p) {
 
 // ---------------------------------------------------------------------------- the IR
 
+// A graph input (or a value computed from graph inputs only) whose layout is not known yet:
+// its first consumer that knows the layout binds the inputs. Input dim i is value dim pos[i]
+// (-1: a unit dim of the input).
+struct source {
+  int input = -1;
+  std::vector<int> pos;
+};
+
 struct val {
-  bool known = false;
+  bool known = false;               // layout known; else pending on `sources`
+  std::vector<source> sources;
   std::vector<int64_t> shape;
   std::string dtype;
   char kind = 'f';
@@ -188,6 +197,7 @@ struct stmt {
   std::string red;                  // "", sum, max, min, argmax, argmin, and, or, pick
   std::vector<int> axes;
   std::string prim;
+  bool pending = false;             // computed from graph inputs of then unknown layout
 };
 
 std::string combine_update(const std::string& red, const std::string& acc,
@@ -238,6 +248,7 @@ private:
   bool positional(const std::vector<int64_t>& shape, size_t j, dim_map& m) const;
   bool operand_val(int node, unsigned k, val& v, bool allow_unknown_input);
   bool bind_input(int input, const std::vector<dim_map>& dims, val& out);
+  bool resolve(val& v, const std::vector<dim_map>& dims, const std::string& what);
   bool reshape_map(const std::vector<int64_t>& from, const std::vector<dim_map>& from_dims,
                    const std::vector<int64_t>& to, std::vector<dim_map>& to_dims);
   bool process(int id);
@@ -451,11 +462,38 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
     s.resize(s.size() - 2);
     op.space_shape = s + (naxes() == 1 ? ",)" : ")");
   }
-  size_t j = out_.operands.size();
   out_.operands.push_back(op);
-  v.var = "e" + std::to_string(j);
+  v.var = "in" + std::to_string(input);
   inputs_[input] = v;
   out = v;
+  return true;
+}
+
+// Binds the graph inputs behind a pending value now that its dims are known.
+bool builder::resolve(val& v, const std::vector<dim_map>& dims, const std::string& what) {
+  if (v.known)
+    return true;
+  if (dims.size() != v.shape.size())
+    return fail(what + ": rank mismatch while placing graph inputs");
+  std::vector<bool> mat(static_cast<size_t>(naxes()), false);
+  for (auto& src : v.sources) {
+    std::vector<dim_map> idims(src.pos.size());
+    for (size_t i = 0; i < src.pos.size(); ++i)
+      if (src.pos[i] >= 0)
+        idims[i] = dims[static_cast<size_t>(src.pos[i])];
+    val bound;
+    if (!bind_input(src.input, idims, bound))
+      return false;
+    for (int a = 0; a < naxes(); ++a)
+      if (bound.present[static_cast<size_t>(a)])
+        mat[static_cast<size_t>(a)] = true;
+  }
+  v.known = true;
+  v.sources.clear();
+  v.dims = dims;
+  if (!check_value(v, what))
+    return false;
+  v.mat = mat;
   return true;
 }
 
@@ -466,6 +504,9 @@ bool builder::operand_val(int node, unsigned k, val& v, bool allow_unknown_input
     if (it == nodes_.end())
       return fail(node_desc(node) + ": operand " + std::to_string(k) + " was not computed");
     v = it->second;
+    if (!v.known && !allow_unknown_input)
+      return fail(node_desc(node) + ": cannot tell how the graph inputs it reads line up with "
+                                    "the space");
     return true;
   }
   if (ref.is_input()) {
@@ -479,14 +520,17 @@ bool builder::operand_val(int node, unsigned k, val& v, bool allow_unknown_input
     v.shape = g_.shape(ref);
     v.dtype = g_.dtype(ref);
     v.kind = kind_of(v.dtype);
+    v.var = "in" + std::to_string(ref.id);
     if (v.shape.empty() || std::all_of(v.shape.begin(), v.shape.end(),
                                        [](int64_t d) { return d == 1; })) {
       std::vector<dim_map> dims(v.shape.size());
       return bind_input(ref.id, dims, v);
     }
-    if (!allow_unknown_input)
-      return fail(node_desc(node) + ": cannot tell how graph input " + std::to_string(ref.id) +
-                  " lines up with the space");
+    source src;
+    src.input = ref.id;
+    for (size_t i = 0; i < v.shape.size(); ++i)
+      src.pos.push_back(v.shape[i] == 1 ? -1 : static_cast<int>(i));
+    v.sources = {src};
     return true;
   }
   if (ref.is_literal()) {
@@ -631,6 +675,7 @@ bool builder::elementwise(int id, const std::string& p) {
       return false;
   // Result dims: from the operands that span them, else positionally from a seed.
   r.dims.assign(r.shape.size(), dim_map{});
+  bool undetermined = false;
   for (size_t j = 0; j < r.shape.size(); ++j) {
     if (r.shape[j] == 1)
       continue;
@@ -646,35 +691,48 @@ bool builder::elementwise(int id, const std::string& p) {
       r.dims[j] = o.dims[j];
       found = true;
     }
-    // No operand spans it: positionally from a seed, else constant along it (a wildcard).
-    if (!found && !positional(r.shape, j, r.dims[j])) {
+    // No operand spans it: positionally from a seed; else, with operands of unknown layout,
+    // the result waits for its consumer; else it is constant along the dim (a wildcard).
+    if (!found && !positional(r.shape, j, r.dims[j]))
       for (auto& o : ops)
         if (!o.known)
-          return fail(node_desc(id) + ": cannot tell which space axis dim " +
-                      std::to_string(j) + " runs along");
-    }
+          undetermined = true;
   }
-  if (!check_value(r, node_desc(id)))
-    return false;
-  // Graph inputs read here for the first time take the result's layout.
-  for (unsigned k = 0; k < nops; ++k) {
-    if (ops[k].known)
-      continue;
-    auto ref = g_.operand(id, k);
-    if (ops[k].shape.size() != r.shape.size())
-      return fail(node_desc(id) + ": graph input " + std::to_string(ref.id) +
-                  " has another rank than the result");
-    std::vector<dim_map> dims(r.shape.size());
-    for (size_t j = 0; j < r.shape.size(); ++j) {
-      if (ops[k].shape[j] == 1)
+  if (undetermined) {
+    // Pending: only graph inputs of unknown layout and constants feed it.
+    for (unsigned k = 0; k < nops; ++k) {
+      auto& o = ops[k];
+      if (o.known) {
+        if (std::any_of(o.dims.begin(), o.dims.end(), [](const dim_map& d) { return !d.unit(); }))
+          return fail(node_desc(id) + ": mixes graph inputs of unknown layout with the seeds");
         continue;
-      if (ops[k].shape[j] != r.shape[j])
-        return fail(node_desc(id) + ": graph input " + std::to_string(ref.id) +
-                    " does not broadcast against the result");
-      dims[j] = r.dims[j];
+      }
+      if (o.shape.size() != r.shape.size())
+        return fail(node_desc(id) + ": an operand of unknown layout has another rank");
+      for (auto& src : o.sources)
+        r.sources.push_back(src);
     }
-    if (!bind_input(ref.id, dims, ops[k]))
+    r.known = false;
+  } else {
+    if (!check_value(r, node_desc(id)))
       return false;
+    // Graph inputs read here for the first time take the result's layout.
+    for (unsigned k = 0; k < nops; ++k) {
+      if (ops[k].known)
+        continue;
+      if (ops[k].shape.size() != r.shape.size())
+        return fail(node_desc(id) + ": a graph input has another rank than the result");
+      std::vector<dim_map> dims(r.shape.size());
+      for (size_t j = 0; j < r.shape.size(); ++j) {
+        if (ops[k].shape[j] == 1)
+          continue;
+        if (ops[k].shape[j] != r.shape[j])
+          return fail(node_desc(id) + ": a graph input does not broadcast against the result");
+        dims[j] = r.dims[j];
+      }
+      if (!resolve(ops[k], dims, node_desc(id)))
+        return false;
+    }
   }
   std::vector<std::string> args(nops);
   for (unsigned k = 0; k < nops; ++k) {
@@ -695,8 +753,11 @@ bool builder::elementwise(int id, const std::string& p) {
     for (int a = 0; a < naxes(); ++a)
       if (o.mat.size() == static_cast<size_t>(naxes()) && o.mat[static_cast<size_t>(a)])
         r.mat[static_cast<size_t>(a)] = true;
+  if (!r.known)
+    finish_presence(r);
 
   stmt s;
+  s.pending = !r.known;
   s.present = r.present;
   s.kind = r.kind;
   s.prim = p;
@@ -792,12 +853,17 @@ bool builder::process(int id) {
     if (!operand_val(id, 0, o, true))
       return false;
     auto& params = g_.params(id);
+    // pos_of[i]: the result dim that operand dim i becomes (-1: dropped or unit).
+    std::vector<int> pos_of(o.shape.size(), -1);
+    bool pos_ok = true;
     if (p == "broadcast_in_dim") {
       std::vector<int> bd;
       for (auto& x : params.value("broadcast_dimensions", nlohmann::json::array()))
         bd.push_back(x.get<int>());
       if (bd.size() != o.shape.size())
         return fail(node_desc(id) + ": broadcast_dimensions do not match the operand");
+      for (size_t i = 0; i < bd.size(); ++i)
+        pos_of[i] = bd[i];
       r.dims.assign(r.shape.size(), dim_map{});
       std::vector<bool> from_operand(r.shape.size(), false);
       if (o.known)
@@ -809,35 +875,41 @@ bool builder::process(int id) {
       // A new dim of a value constant along every axis may stay a wildcard (unit).
       bool constant = o.known && std::none_of(o.dims.begin(), o.dims.end(),
                                               [](const dim_map& d) { return !d.unit(); });
+      bool undetermined = false;
       for (size_t j = 0; j < r.shape.size(); ++j)
         if (!from_operand[j] && r.shape[j] != 1 && !positional(r.shape, j, r.dims[j]) &&
-            !constant)
-          return fail(node_desc(id) + ": cannot tell which space axis the broadcast dim " +
-                      std::to_string(j) + " runs along");
-      if (!check_value(r, node_desc(id)))
-        return false;
-      if (!o.known) {
+            !constant) {
+          if (o.known)
+            return fail(node_desc(id) + ": cannot tell which space axis the broadcast dim " +
+                        std::to_string(j) + " runs along");
+          undetermined = true;
+        }
+      if (!o.known && !undetermined) {
         std::vector<dim_map> dims(o.shape.size());
         for (size_t i = 0; i < bd.size(); ++i)
           if (o.shape[i] != 1)
             dims[i] = r.dims[static_cast<size_t>(bd[i])];
-        if (!bind_input(g_.operand(id, 0).id, dims, o))
+        if (!resolve(o, dims, node_desc(id)))
           return false;
       }
+      if (o.known && !check_value(r, node_desc(id)))
+        return false;
     } else if (p == "squeeze") {
-      if (!o.known)
-        return fail(node_desc(id) + ": squeeze of an input");
       std::set<int> drop;
       for (auto& x : params.value("dimensions", nlohmann::json::array())) {
         int d = x.get<int>();
         drop.insert(d < 0 ? d + static_cast<int>(o.shape.size()) : d);
       }
+      int j = 0;
       for (size_t i = 0; i < o.shape.size(); ++i)
-        if (!drop.count(static_cast<int>(i)))
-          r.dims.push_back(o.dims[i]);
-      if (r.dims.size() != r.shape.size())
+        if (!drop.count(static_cast<int>(i))) {
+          pos_of[i] = j++;
+          if (o.known)
+            r.dims.push_back(o.dims[i]);
+        }
+      if (static_cast<size_t>(j) != r.shape.size())
         return fail(node_desc(id) + ": squeeze dims do not match");
-      if (!check_value(r, node_desc(id)))
+      if (o.known && !check_value(r, node_desc(id)))
         return false;
     } else if (p == "reshape" || p == "expand_dims") {
       if (o.known) {
@@ -846,30 +918,63 @@ bool builder::process(int id) {
         if (!check_value(r, node_desc(id)))
           return false;
       } else {
-        return fail(node_desc(id) + ": reshape of a graph input whose layout is unknown");
+        // Of unknown layout: only unit dims may come or go.
+        std::vector<size_t> fi, ti;
+        for (size_t i = 0; i < o.shape.size(); ++i)
+          if (o.shape[i] != 1)
+            fi.push_back(i);
+        for (size_t i = 0; i < r.shape.size(); ++i)
+          if (r.shape[i] != 1)
+            ti.push_back(i);
+        pos_ok = fi.size() == ti.size();
+        for (size_t i = 0; pos_ok && i < fi.size(); ++i) {
+          pos_ok = o.shape[fi[i]] == r.shape[ti[i]];
+          pos_of[fi[i]] = static_cast<int>(ti[i]);
+        }
+        if (!pos_ok)
+          return fail(node_desc(id) + ": reshape of graph inputs whose layout is unknown");
       }
     } else {  // stop_gradient, copy ...: same shape
-      if (!o.known)
-        return fail(node_desc(id) + ": pass-through of a graph input");
-      r.dims = o.dims;
-      if (!check_value(r, node_desc(id)))
-        return false;
+      for (size_t i = 0; i < o.shape.size(); ++i)
+        pos_of[i] = static_cast<int>(i);
+      if (o.known) {
+        r.dims = o.dims;
+        if (!check_value(r, node_desc(id)))
+          return false;
+      }
     }
     if (g_.operand(id, 0).is_literal()) {
       std::string text;
       if (!literal_text(id, 0, o, nullptr, text))
         return false;
       r.var = text;
+      if (!o.known)
+        return fail(node_desc(id) + ": literal of unknown layout");
+      finish_presence(r);
       r.mat.assign(static_cast<size_t>(naxes()), false);
       nodes_[id] = r;
       return true;
     }
     r.var = o.var;
+    if (o.kind != r.kind)
+      return fail(node_desc(id) + ": changes the dtype kind");
+    if (!o.known) {
+      // Still pending: carry the inputs' dims over to the result's positions.
+      r.known = false;
+      for (auto src : o.sources) {
+        for (auto& q : src.pos)
+          if (q >= 0)
+            q = pos_of[static_cast<size_t>(q)];
+        r.sources.push_back(src);
+      }
+      r.dims.clear();
+      finish_presence(r);
+      nodes_[id] = r;
+      return true;
+    }
     r.mat = o.mat;
     r.count = o.count;
     r.count_axes = o.count_axes;
-    if (o.kind != r.kind)
-      return fail(node_desc(id) + ": changes the dtype kind");
     nodes_[id] = r;
     return true;
   }
@@ -879,6 +984,8 @@ bool builder::process(int id) {
     val o;
     if (!operand_val(id, 0, o, false))
       return false;
+    if (!o.known)
+      return fail(node_desc(id) + ": reduces graph inputs whose layout is unknown");
     std::set<int> rdims;
     for (auto& x : g_.params(id).value("axes", nlohmann::json::array()))
       rdims.insert(x.get<int>());
@@ -998,8 +1105,10 @@ bool builder::process(int id) {
   if (p == "gather") {
     // take_along_axis: one element per row along one axis, the index from a per-row value.
     val x, idx;
-    if (!operand_val(id, 0, x, false) || !operand_val(id, 1, idx, false))
+    if (!operand_val(id, 0, x, false) || !operand_val(id, 1, idx, true))
       return false;
+    if (!x.known)
+      return fail(node_desc(id) + ": gathers from graph inputs whose layout is unknown");
     auto& dn = g_.params(id)["dimension_numbers"];
     auto list = [&](const char* key) {
       std::vector<int> v;
@@ -1034,12 +1143,21 @@ bool builder::process(int id) {
         if (x.shape[static_cast<size_t>(od)] != r.shape[j])
           return fail(node_desc(id) + ": batching dims disagree");
         r.dims[j] = x.dims[static_cast<size_t>(od)];
-        if (!(idx.dims[j] == r.dims[j]) && !idx.dims[j].unit())
-          return fail(node_desc(id) + ": indices do not line up with the operand");
       } else if (r.shape[j] != 1) {
         return fail(node_desc(id) + ": gathers more than one element per row");
       }
     }
+    if (!idx.known) {
+      std::vector<dim_map> dims(idx.shape.size());
+      for (size_t j = 0; j < r.shape.size(); ++j)
+        if (idx.shape[j] != 1)
+          dims[j] = r.dims[j];
+      if (!resolve(idx, dims, node_desc(id)))
+        return false;
+    }
+    for (size_t j = 0; j < r.shape.size(); ++j)
+      if (!idx.dims[j].unit() && !(idx.dims[j] == r.dims[j]))
+        return fail(node_desc(id) + ": indices do not line up with the operand");
     for (size_t j = 0; j < idx.dims.size(); ++j)
       if (!idx.dims[j].unit() && idx.dims[j].axis == a)
         return fail(node_desc(id) + ": indices vary along the gathered axis");
@@ -1081,24 +1199,23 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
       std::string dt = g_.dtype(req_.seeds[i].value);
       char k = kind_of(dt);
       std::string e = fmt::format("seeds[{}]", i);
+      // A matmul's f32 accumulator rounds to the dot's narrower result dtype first.
       if (k == 'f')
-        e += narrow_float(dt) ? ".astype(jnp." + dt + ").astype(jnp.float32)"
-                              : ".astype(jnp.float32)";
+        e += narrow_float(dt) && req_.seeds[i].value.is_node()
+                 ? ".astype(jnp." + dt + ").astype(jnp.float32)"
+                 : ".astype(jnp.float32)";
       else if (k == 'i')
         e += ".astype(jnp.int32)";
       c += fmt::format("    s{} = {}\n", i, e);
     }
   for (size_t j = 0; j < out_.operands.size(); ++j) {
-    std::string name = "e" + std::to_string(j);
+    std::string name = "in" + std::to_string(out_.operands[j].input);
     if (!used.count(name))
       continue;
     char k = kind_of(out_.operands[j].dtype);
     std::string e = fmt::format("extras[{}]", j);
     if (k == 'f')
-      e = narrow_float(out_.operands[j].dtype)
-              ? "jnp.asarray(" + e + ").astype(jnp." + out_.operands[j].dtype +
-                    ").astype(jnp.float32)"
-              : "jnp.asarray(" + e + ").astype(jnp.float32)";
+      e = "jnp.asarray(" + e + ").astype(jnp.float32)";
     else if (k == 'i')
       e = "jnp.asarray(" + e + ").astype(jnp.int32)";
     c += fmt::format("    {} = {}\n", name, e);
@@ -1116,8 +1233,8 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
             src = fmt::format("s{}.shape[{}]", i, k);
       for (size_t j = 0; j < out_.operands.size() && src == "1"; ++j)
         if (out_.operands[j].present[static_cast<size_t>(a)] && !out_.operands[j].scalar &&
-            used.count("e" + std::to_string(j)))
-          src = fmt::format("e{}.shape[{}]", j, k);
+            used.count("in" + std::to_string(out_.operands[j].input)))
+          src = fmt::format("in{}.shape[{}]", out_.operands[j].input, k);
       blk += src + ", ";
     }
     c += blk + ")\n";
@@ -1132,7 +1249,7 @@ bool builder::emit_full() {
     body += "    " + s.var + " = " + render(s.expr, s.args) + "\n";
   }
   for (size_t j = 0; j < out_.operands.size(); ++j)
-    used.insert("e" + std::to_string(j));
+    used.insert("in" + std::to_string(out_.operands[j].input));
   std::string ret = "    return [";
   for (auto& o : out_.outputs) {
     val v = o.value.is_node() && nodes_.count(o.value.id) ? nodes_.at(o.value.id)
@@ -1191,6 +1308,31 @@ bool builder::streamed(std::string& code, std::string& why) {
     auto it = by_var.find(v);
     return it != by_var.end() && late[it->second];
   };
+  // Which statements span A (pending ones: from what they read).
+  std::map<std::string, bool> var_spans;
+  for (size_t j = 0; j < out_.operands.size(); ++j)
+    var_spans["in" + std::to_string(out_.operands[j].input)] = out_.operands[j].present[Au];
+  for (size_t i = 0; i < req_.seeds.size(); ++i) {
+    bool sp = false;
+    for (auto& d : req_.seeds[i].dims)
+      sp = sp || d.axis == A;
+    var_spans["s" + std::to_string(i)] = sp;
+  }
+  std::vector<bool> spans(stmts_.size(), false);
+  for (size_t i = 0; i < stmts_.size(); ++i) {
+    auto& s = stmts_[i];
+    if (!s.pending) {
+      spans[i] = s.present[Au];
+    } else {
+      for (auto& a : s.args) {
+        auto it = by_var.find(a);
+        if (it != by_var.end())
+          spans[i] = spans[i] || spans[it->second];
+        else if (var_spans.count(a))
+          spans[i] = spans[i] || var_spans[a];
+      }
+    }
+  }
   // Accumulators.
   struct acc {
     size_t stmt;
@@ -1215,8 +1357,7 @@ bool builder::streamed(std::string& code, std::string& why) {
         return false;
       if (is_late(d->args[0]) || !is_late(d->args[1]))
         return false;
-      const stmt* rs = stmt_of(d->args[1]);
-      if (!rs || rs->present[Au])
+      if (!stmt_of(d->args[1]) || spans[by_var[d->args[1]]])
         return false;
       r = d->args[1];
       chain.push_back(by_var[s->args[0]]);
@@ -1266,7 +1407,7 @@ bool builder::streamed(std::string& code, std::string& why) {
   }
   // Every late value spanning the streamed axis is inside an online chain.
   for (size_t i = 0; i < stmts_.size(); ++i)
-    if (late[i] && stmts_[i].present[Au] && !internal.count(i) && !acc_of_stmt.count(i)) {
+    if (late[i] && spans[i] && !internal.count(i) && !acc_of_stmt.count(i)) {
       why = "a value spanning the streamed axis needs a whole-row statistic";
       return false;
     }
@@ -1287,7 +1428,7 @@ bool builder::streamed(std::string& code, std::string& why) {
           touches_online = true;
         continue;
       }
-      if (stmts_[i].present[Au])
+      if (spans[i])
         return false;
       for (auto& a : stmts_[i].args)
         stack.push_back(a);
@@ -1326,7 +1467,7 @@ bool builder::streamed(std::string& code, std::string& why) {
 
   std::set<std::string> used;
   for (size_t j = 0; j < out_.operands.size(); ++j)
-    used.insert("e" + std::to_string(j));
+    used.insert("in" + std::to_string(out_.operands[j].input));
   std::string n = req_.name;
   // init
   code = "def " + n + "_init(row_shape):\n    return [";
@@ -1396,7 +1537,7 @@ bool builder::streamed(std::string& code, std::string& why) {
     return false;
   }
   for (size_t i : order)
-    for (auto& a : stmts_[i].args)
+    for (auto& a : acc_of_stmt.count(i) ? std::vector<std::string>{} : stmts_[i].args)
       if (a.size() > 1 && a[0] == 's' && std::isdigit(static_cast<unsigned char>(a[1]))) {
         why = "an output reads a seed directly";
         return false;
