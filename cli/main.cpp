@@ -129,6 +129,10 @@ int main(int argc, char** argv) {
   template_cmd->add_option("--chip", tmpl.chip, "target chip (wins over the spec's)")
     ->check(CLI::IsMember(chips));
   template_cmd->add_option("--out", tmpl.out, "write the rendered kernel to FILE");
+  template_cmd->add_option("--children-dir", tmpl.children_dir,
+                           "write the strategy playbook's children of the kernel to DIR");
+  template_cmd->add_option("--children", tmpl.children, "how many children (default 3)")
+    ->check(CLI::Range(1u, 100u));
   template_cmd->add_option("--json", tmpl.json, "write the matches as JSON to FILE, or - for stdout");
   template_cmd->add_option("--state-dir", tmpl.state_dir, "where the evaluation store lives");
 

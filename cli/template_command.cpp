@@ -1,5 +1,6 @@
 #include "cli/template_command.hpp"
 
+#include "agents/expert/playbook.hpp"
 #include "agents/expert/template_registry.hpp"
 #include "cli/output_file.hpp"
 #include "cli/task_session.hpp"
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -110,6 +112,31 @@ int run_template(const template_options& opts) {
       human << "wrote " << opts.out << "\n";
     } else if (opts.json != "-") {
       std::cout << source;
+    }
+    if (!opts.children_dir.empty() && code == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(opts.children_dir, ec);
+      auto moves = ex::playbook_moves(*chosen->tmpl, chosen->match, params, chip, nullptr, {});
+      out["children"] = nlohmann::json::array();
+      for (unsigned i = 0; i < moves.size() && i < opts.children; ++i) {
+        std::string child_source;
+        if (!chosen->tmpl->render(chosen->match, moves[i].params, child_source, error)) {
+          std::cerr << "error: render child " << i + 1 << ": " << error << "\n";
+          return 3;
+        }
+        auto path = std::filesystem::path(opts.children_dir) / fmt::format("child_{}.py", i + 1);
+        std::ofstream f(path);
+        f << child_source;
+        if (!f) {
+          std::cerr << "error: cannot write " << path.string() << "\n";
+          return 3;
+        }
+        human << fmt::format("  child {}: {} {}: {}\n", i + 1, moves[i].name,
+                             moves[i].changes.dump(), moves[i].expected_effect);
+        out["children"].push_back({{"file", path.string()}, {"move", moves[i].name},
+                                   {"changes", moves[i].changes},
+                                   {"expected_effect", moves[i].expected_effect}});
+      }
     }
     out["template"] = chosen->tmpl->name();
     out["params"] = params;

@@ -1,6 +1,8 @@
-// `maxkernel template SPEC [--name T] [--params JSON] [--chip C] [--out FILE] [--json FILE|-]`:
+// `maxkernel template SPEC [--name T] [--params JSON] [--chip C] [--out FILE] [--json FILE|-]
+// [--children-dir DIR [--children N]]`:
 // which expert templates match the reference (read from its analyze summary), their
-// parameters and VMEM, and the kernel the chosen one renders. For users who want to see what
+// parameters and VMEM, and the kernel the chosen one renders; with --children-dir also the
+// strategy playbook's first N children of it (DIR/child_<i>.py, no profile: exploration moves). For users who want to see what
 // the expert brain recognises, and for template authors.
 #pragma once
 
@@ -15,6 +17,8 @@ struct template_options {
   std::string params;        // JSON object merged over the initial params
   std::string chip;
   std::string out;           // kernel file to write ("" = none)
+  std::string children_dir;  // write the playbook's children of the rendered kernel here
+  unsigned children = 3;     // how many children (best-ranked first)
   std::string json;
   std::string state_dir;
   double deadline_seconds = 600;

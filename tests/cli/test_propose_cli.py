@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -117,3 +118,87 @@ def test_a_bad_brain_config_names_file_line_and_field(tmp_path):
     assert r.returncode == 2
     assert f"{brains}:1" in r.stderr
     assert "planner" in r.stderr
+
+
+TRANSPOSE_KERNEL = '''import jax
+from jax.experimental import pallas as pl
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...].T
+
+
+def workload(x):
+    m, n = x.shape
+    bm, bn = min(m, 128), min(n, 128)
+    return pl.pallas_call(
+        _kernel,
+        grid=(pl.cdiv(m, bm), pl.cdiv(n, bn)),
+        in_specs=[pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec((bn, bm), lambda i, j: (j, i)),
+        out_shape=jax.ShapeDtypeStruct((n, m), x.dtype),
+    )(x)
+'''
+
+
+def chat_reply(content, prompt_tokens, completion_tokens):
+    return {"status": 200, "body": {
+        "id": "chatcmpl-replay", "object": "chat.completion", "model": "replay-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}}
+
+
+def test_the_llm_takes_over_where_no_template_applies(tmp_path):
+    """planner [expert, llm]: the expert has no template for a transpose, the LLM (a local
+    server replaying a recorded exchange) plans and writes the kernel; tokens and cost counted."""
+    spec = write_spec(
+        tmp_path, "transpose_rows", "{R: 256, C: 384}",
+        "  - {name: x, shape: [R, C], dtype: float32}",
+        """
+        def reference(x):
+            return x.T
+        """)
+    plan = json.dumps([{"move": "write_transpose_kernel", "rationale": "no template: a tiled "
+                        "transpose moves each (128, 128) block once",
+                        "expected_effect": "one HBM read and write of x",
+                        "instructions": "tile by 128 and transpose each block in VMEM",
+                        "score": 1.0}])
+    exchanges = [
+        {"note": "planner", "expect": {"path": "/v1/chat/completions",
+                                       "headers": {"Authorization": "Bearer sk-test"},
+                                       "body_contains": ["transpose_rows"]},
+         "response": chat_reply(f"```json\n{plan}\n```", 900, 120)},
+        {"note": "implementer", "expect": {"body_contains": ["tile by 128"]},
+         "response": chat_reply(f"A tiled transpose.\n\n```python\n{TRANSPOSE_KERNEL}```", 1500,
+                                400)},
+    ]
+    (tmp_path / "exchanges.json").write_text(json.dumps(exchanges))
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "support" / "replay_server.py"),
+         str(tmp_path / "exchanges.json"), "--log", str(tmp_path / "log.jsonl")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        brains = tmp_path / "brains.yaml"
+        brains.write_text(
+            "planner: [expert, llm]\nimplementer: [expert, llm]\ndebugger: [expert, llm]\n"
+            f"llm:\n  base_url: http://127.0.0.1:{port}/v1\n  model: replay-model\n"
+            "  api_key_env: MAXKERNEL_TEST_KEY\n  retries: 1\n  backoff_seconds: 0\n"
+            "  prices: {prompt: 1.0, completion: 10.0}\n")
+        env = dict(os.environ, MAXKERNEL_TEST_KEY="sk-test")
+        r = subprocess.run([str(BIN), "propose", str(spec), "--brains", str(brains),
+                            "--json", "-"], capture_output=True, text=True, timeout=900, env=env)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["correct"] is True
+    assert j["candidate"]["origin"] == "llm:replay-model"
+    assert j["candidate"]["template"] == ""
+    assert j["plan"][0]["brain"] == "llm"
+    assert j["tokens"] == {"prompt": 2400, "completion": 520}
+    assert j["cost_usd"] == pytest.approx((2400 * 1.0 + 520 * 10.0) / 1e6)
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and not any(entry.get("mismatch") for entry in log)
