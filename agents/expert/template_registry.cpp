@@ -9,6 +9,7 @@ namespace maxkernel::agents::expert {
 template_ptr make_grouped_matmul_template();
 template_ptr make_matmul_backward_template();
 template_ptr make_attention_backward_template();
+template_ptr make_chunked_recurrence_template();
 
 const std::vector<template_ptr>& all_templates() {
   static const std::vector<template_ptr> templates = [] {
@@ -16,6 +17,7 @@ const std::vector<template_ptr>& all_templates() {
     t.push_back(make_grouped_matmul_template());
     t.push_back(make_matmul_backward_template());
     t.push_back(make_attention_backward_template());
+    t.push_back(make_chunked_recurrence_template());
     return t;
   }();
   return templates;
