@@ -183,6 +183,8 @@ struct val {
   std::vector<dim_map> dims;
   std::vector<bool> present, mat;  // per space axis: spans it / holds it materialised
   std::string var;                 // python name or literal text
+  bool is_const = false;           // a scalar known at generation time (literals folded)
+  double cval = 0;
   double count = 0;                // elements a reduce_sum summed into it (mean detection)
   std::vector<int> count_axes;
 };
@@ -254,6 +256,7 @@ private:
   bool process(int id);
   bool elementwise(int id, const std::string& p);
   bool literal_text(int id, unsigned k, const val& v, const val* other, std::string& text);
+  bool fold(const std::string& p, const std::vector<val>& ops, char kind, double& out) const;
   std::string materialize(const val& v, const std::vector<int>& axes);
   std::string materialize_expr(const val& v, const std::vector<int>& axes) const;
   std::string shape_tuple(const std::vector<bool>& present) const;
@@ -544,40 +547,31 @@ bool builder::operand_val(int node, unsigned k, val& v, bool allow_unknown_input
     finish_presence(v);
     v.mat = v.present;
     v.var = "";  // filled by literal_text
+    auto j = nlohmann::json::parse(ref.literal, nullptr, false);
+    if (j.is_boolean()) {
+      v.cval = j.get<bool>() ? 1 : 0;
+    } else if (j.is_number()) {
+      v.cval = j.get<double>();
+    } else if (j.is_string() && (j == "inf" || j == "-inf" || j == "nan")) {
+      auto t = j.get<std::string>();
+      v.cval = t == "inf" ? INFINITY : t == "-inf" ? -INFINITY : NAN;
+    } else {
+      return fail(node_desc(node) + ": literal " + ref.literal + " is not a scalar number");
+    }
+    v.is_const = true;
     return true;
   }
   return fail(node_desc(node) + ": operand " + std::to_string(k) + " is an unknown value");
 }
 
+// The Python text of a constant operand (a literal or a folded scalar), in the operand's kind.
 bool builder::literal_text(int id, unsigned k, const val& v, const val* other,
                            std::string& text) {
-  auto ref = g_.operand(id, k);
-  auto j = nlohmann::json::parse(ref.literal, nullptr, false);
-  double x = 0;
-  bool is_num = false;
-  if (j.is_boolean()) {
-    text = j.get<bool>() ? "True" : "False";
-    return true;
-  }
-  if (j.is_number()) {
-    x = j.get<double>();
-    is_num = true;
-  } else if (j.is_string()) {
-    auto s = j.get<std::string>();
-    if (s == "inf")
-      x = INFINITY;
-    else if (s == "-inf")
-      x = -INFINITY;
-    else if (s == "nan")
-      x = NAN;
-    else
-      return fail(node_desc(id) + ": literal " + ref.literal + " is not a number");
-  } else {
-    return fail(node_desc(id) + ": literal " + ref.literal + " is not a scalar");
-  }
+  double x = v.cval;
+  bool finite = std::isfinite(x);
   auto p = g_.primitive(id);
   // A mean's divisor (or its reciprocal) that counts the elements summed: the runtime count.
-  if (is_num && other && other->count > 0 && v.kind == 'f') {
+  if (finite && other && other->count > 0 && v.kind == 'f') {
     if (p == "div" && k == 1 && std::abs(x - other->count) < 0.5) {
       text = count_expr(other->count_axes);
       return true;
@@ -589,7 +583,7 @@ bool builder::literal_text(int id, unsigned k, const val& v, const val* other,
   }
   if (v.kind == 'i') {
     auto n = static_cast<int64_t>(x);
-    if (is_num && static_cast<double>(n) == x && gathered_axis_.count(n) && n > 1) {
+    if (finite && static_cast<double>(n) == x && gathered_axis_.count(n) && n > 1) {
       text = fmt::format("extents[{}]", gathered_axis_.at(n));
       return true;
     }
@@ -601,6 +595,41 @@ bool builder::literal_text(int id, unsigned k, const val& v, const val* other,
     return true;
   }
   text = py_float(x);
+  return true;
+}
+
+// Folds scalar arithmetic on constants (N - ddof of jnp.var, casts of literals ...).
+bool builder::fold(const std::string& p, const std::vector<val>& ops, char kind,
+                   double& out) const {
+  auto n = ops.size();
+  double a = n > 0 ? ops[0].cval : 0, b = n > 1 ? ops[1].cval : 0;
+  if (p == "convert_element_type" && n == 1) {
+    out = kind == 'i' ? std::trunc(a) : kind == 'b' ? (a != 0) : a;
+  } else if (p == "neg" && n == 1) {
+    out = -a;
+  } else if ((p == "add" || p == "add_any") && n == 2) {
+    out = a + b;
+  } else if (p == "sub" && n == 2) {
+    out = a - b;
+  } else if (p == "mul" && n == 2) {
+    out = a * b;
+  } else if (p == "div" && n == 2 && kind == 'f') {
+    out = a / b;
+  } else if (p == "max" && n == 2) {
+    out = std::max(a, b);
+  } else if (p == "min" && n == 2) {
+    out = std::min(a, b);
+  } else if ((p == "gt" || p == "ge" || p == "lt" || p == "le" || p == "eq" || p == "ne") &&
+             n == 2) {
+    out = p == "gt" ? a > b : p == "ge" ? a >= b : p == "lt" ? a < b : p == "le" ? a <= b
+        : p == "eq" ? a == b : a != b;
+  } else {
+    return false;
+  }
+  if (kind == 'f' && n > 0 && ops[0].kind == 'f') {
+    // f32 arithmetic: round like the reference would
+    out = static_cast<double>(static_cast<float>(out));
+  }
   return true;
 }
 
@@ -734,12 +763,27 @@ bool builder::elementwise(int id, const std::string& p) {
         return false;
     }
   }
+  if (r.known && std::all_of(ops.begin(), ops.end(), [](const val& o) { return o.is_const; }) &&
+      std::none_of(r.dims.begin(), r.dims.end(), [](const dim_map& d) { return !d.unit(); })) {
+    double c = 0;
+    if (fold(p, ops, r.kind, c)) {
+      r.is_const = true;
+      r.cval = c;
+      r.mat.assign(static_cast<size_t>(naxes()), false);
+      std::string text;
+      if (!literal_text(id, 0, r, nullptr, text))
+        return false;
+      r.var = text;
+      nodes_[id] = r;
+      return true;
+    }
+  }
   std::vector<std::string> args(nops);
   for (unsigned k = 0; k < nops; ++k) {
-    if (g_.operand(id, k).is_literal()) {
+    if (ops[k].is_const) {
       const val* other = nullptr;
       for (unsigned o = 0; o < nops; ++o)
-        if (o != k && !g_.operand(id, o).is_literal())
+        if (o != k && !ops[o].is_const)
           other = &ops[o];
       if (!literal_text(id, k, ops[k], other, args[k]))
         return false;
@@ -943,11 +987,13 @@ bool builder::process(int id) {
           return false;
       }
     }
-    if (g_.operand(id, 0).is_literal()) {
+    if (o.is_const) {
       std::string text;
       if (!literal_text(id, 0, o, nullptr, text))
         return false;
       r.var = text;
+      r.is_const = true;
+      r.cval = o.cval;
       if (!o.known)
         return fail(node_desc(id) + ": literal of unknown layout");
       finish_presence(r);

@@ -1,0 +1,567 @@
+// Template "matmul": out = epilogue(A @ B) for references whose matmuls are dot_generals with
+// one contracting dim per operand (either operand transposed, batch dims as a leading grid
+// axis), their operands graph inputs behind casts, transposes and scalar factors, and
+// everything after them an elementwise / row-reduction chain that block_program can
+// generate. Several dots are fused when they share the output space and K (x @ w1, x @ w2
+// combined elementwise). f32 (int32 for integer dots) accumulation in VMEM scratch over the K
+// grid axis; the epilogue runs on the last K step: per tile (elementwise), on whole rows
+// (bn = N, when it needs row reductions of a row-shaped output), or streamed over N blocks
+// with running row statistics (logsumexp, cross-entropy: outputs are row statistics only).
+#include "agents/expert/block_program.hpp"
+#include "agents/expert/block_size.hpp"
+#include "agents/expert/kernel_template.hpp"
+#include "agents/expert/operand_trace.hpp"
+#include "agents/expert/template_text.hpp"
+#include "agents/expert/workload_signature.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace maxkernel::agents::expert {
+
+namespace {
+
+using json = nlohmann::json;
+
+int64_t round_up(int64_t x, int64_t m) { return m <= 0 ? x : (x + m - 1) / m * m; }
+
+// Sublane alignment of a block's second-minor dim for a dtype (packed types take more rows).
+int64_t sublane_align(const std::string& dtype) {
+  int b = dtype_bytes(dtype);
+  return b >= 4 ? 8 : 8 * (4 / b);
+}
+
+// Bytes of a (rows, cols) VMEM tile as laid out in (sublane, 128) tiles.
+int64_t tile_bytes(int64_t rows, int64_t cols, const std::string& dtype) {
+  return round_up(rows, sublane_align(dtype)) * round_up(cols, 128) * dtype_bytes(dtype);
+}
+
+std::string product_expr(const std::vector<std::string>& exprs) {
+  if (exprs.empty())
+    return "1";
+  std::string s;
+  for (size_t i = 0; i < exprs.size(); ++i)
+    s += (i ? " * " : "") + exprs[i];
+  return exprs.size() == 1 ? s : "(" + s + ")";
+}
+
+// One dot operand: a graph input seen in canonical (batch, rows, cols) form.
+struct mat_operand {
+  int input = -1;
+  std::string layout;               // mk km (lhs) kn nk (rhs)
+  std::vector<std::string> casts;   // dtypes its blocks are cast through, in order
+  std::string dtype;                // stored dtype
+  bool operator<(const mat_operand& o) const {
+    return std::tie(input, layout, casts) < std::tie(o.input, o.layout, o.casts);
+  }
+};
+
+struct dot_side {
+  int input = -1;
+  std::string layout;
+  std::vector<int> batch, free;     // source dims
+  int k = -1;
+  double scale = 1.0;
+  std::string source_dtype, narrowest, operand_dtype;
+};
+
+// Reads one side of a dot: its source input, where batch / free / contracting dims sit.
+bool read_side(const graph_view& g, int dot, unsigned which, const std::vector<int>& batch,
+               int contracting, dot_side& side, std::string& why) {
+  auto t = trace_operand(g, g.operand(dot, which));
+  if (!t.source.is_input()) {
+    why = "a dot operand is not a graph input behind casts and transposes";
+    return false;
+  }
+  side.input = t.source.id;
+  side.scale = t.scale;
+  side.source_dtype = g.dtype(t.source);
+  side.narrowest = t.narrowest;
+  side.operand_dtype = g.dtype(g.operand(dot, which));
+  auto rank = static_cast<int>(t.dims.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (t.dims[static_cast<size_t>(batch[i])] != static_cast<int>(i)) {
+      why = "batch dims are not the leading dims of a dot operand";
+      return false;
+    }
+    side.batch.push_back(static_cast<int>(i));
+  }
+  side.k = t.dims[static_cast<size_t>(contracting)];
+  for (int d = 0; d < rank; ++d)
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() && d != contracting)
+      side.free.push_back(t.dims[static_cast<size_t>(d)]);
+  int nb = static_cast<int>(batch.size());
+  // Free dims consecutive in the source, with K right after the batch dims or last.
+  for (size_t i = 1; i < side.free.size(); ++i)
+    if (side.free[i] != side.free[i - 1] + 1) {
+      why = "the free dims of a dot operand are not contiguous in its input";
+      return false;
+    }
+  bool k_last = side.k == rank - 1 && (side.free.empty() || side.free[0] == nb);
+  bool k_first = side.k == nb && (side.free.empty() || side.free[0] == nb + 1);
+  if (which == 0)
+    side.layout = k_last ? "mk" : k_first ? "km" : "";
+  else
+    side.layout = k_first ? "kn" : k_last ? "nk" : "";
+  if (side.layout.empty()) {
+    why = "the contracting dim of a dot operand sits between its free dims";
+    return false;
+  }
+  return true;
+}
+
+class matmul_template final : public kernel_template {
+public:
+  std::string name() const override { return "matmul"; }
+  std::string covers() const override {
+    return "tiled (batched) matmul of any operand layout and int8/fp8/bf16/f32 inputs with a "
+           "fused epilogue generated from the reference: bias, residual, activations, scales, "
+           "row reductions (norms, softmax, logsumexp, cross-entropy) of the output";
+  }
+
+  std::optional<template_match> match(const graph_view& g,
+                                      schema::KernelSpec::Reader spec) const override {
+    auto dots = g.find("dot_general");
+    if (dots.empty() || dots.size() > 4)
+      return std::nullopt;
+    auto sig = make_signature(spec);
+    if (sig.graph_inputs.size() != g.input_count())
+      return std::nullopt;
+    std::string why;
+    std::vector<dot_side> lhs(dots.size()), rhs(dots.size());
+    std::vector<int64_t> shape0;
+    int64_t k0 = -1;
+    for (size_t d = 0; d < dots.size(); ++d) {
+      int id = dots[d];
+      if (g.in_loop(id))
+        return std::nullopt;
+      const auto& p = g.params(id);
+      auto lc = p.value("lhs_contracting", std::vector<int>{});
+      auto rc = p.value("rhs_contracting", std::vector<int>{});
+      auto lb = p.value("lhs_batch", std::vector<int>{});
+      auto rb = p.value("rhs_batch", std::vector<int>{});
+      // One contracting dim each (several would need a reshape of the operands).
+      if (lc.size() != 1 || rc.size() != 1 || lb.size() != rb.size())
+        return std::nullopt;
+      if (!read_side(g, id, 0, lb, lc[0], lhs[d], why) ||
+          !read_side(g, id, 1, rb, rc[0], rhs[d], why))
+        return std::nullopt;
+      value_ref out;
+      out.what = value_ref::kind::node;
+      out.id = id;
+      auto shape = g.shape(out);
+      auto lshape = g.shape(g.operand(id, 0));
+      int64_t k = lshape[static_cast<size_t>(lc[0])];
+      if (d == 0) {
+        shape0 = shape;
+        k0 = k;
+      } else if (shape != shape0 || k != k0) {
+        return std::nullopt;  // several dots, but not over one output space and one K
+      }
+      // integer dots accumulate in int32, float ones in f32; no mixing
+      bool int_dot = !is_float_dtype(g.dtype(out));
+      bool int0 = !is_float_dtype(g.dtype(value_ref{value_ref::kind::node, dots[0], ""}));
+      if (int_dot != int0)
+        return std::nullopt;
+    }
+
+    // The space: batch (squeezed), M = lhs free dims, N = rhs free dims of the first dot.
+    value_ref lhs0{value_ref::kind::input, lhs[0].input, ""};
+    value_ref rhs0{value_ref::kind::input, rhs[0].input, ""};
+    auto lshape = g.shape(lhs0), rshape = g.shape(rhs0);
+    const std::string& lname = sig.input(lhs[0].input);
+    const std::string& rname = sig.input(rhs[0].input);
+    std::vector<space_axis> space(3);
+    space[0].squeezed = true;
+    for (int d : lhs[0].batch) {
+      space[0].factors.push_back(lshape[static_cast<size_t>(d)]);
+      space[0].factor_exprs.push_back(fmt::format("{}.shape[{}]", lname, d));
+    }
+    for (int d : lhs[0].free) {
+      space[1].factors.push_back(lshape[static_cast<size_t>(d)]);
+      space[1].factor_exprs.push_back(fmt::format("{}.shape[{}]", lname, d));
+    }
+    for (int d : rhs[0].free) {
+      space[2].factors.push_back(rshape[static_cast<size_t>(d)]);
+      space[2].factor_exprs.push_back(fmt::format("{}.shape[{}]", rname, d));
+    }
+    block_request req;
+    req.space = space;
+    req.name = "epilogue";
+    req.stream_axis = 2;
+    for (int id : dots) {
+      block_seed s;
+      s.value = {value_ref::kind::node, id, ""};
+      if (!map_dims_to_factors(g.shape(s.value), space, s.dims))
+        return std::nullopt;
+      req.seeds.push_back(s);
+    }
+    for (unsigned k = 0; k < g.output_count(); ++k)
+      req.outputs.push_back(g.output(k));
+    block_program prog;
+    if (!build_block_program(g, req, prog, why))
+      return std::nullopt;  // an epilogue the generator cannot express (why says what)
+    for (auto& o : prog.outputs)
+      if (!o.present[0] && space[0].extent() > 1)
+        return std::nullopt;
+
+    // Canonical operands (deduplicated: x @ w1 and x @ w2 read x once).
+    bool int_dot = !is_float_dtype(g.dtype(value_ref{value_ref::kind::node, dots[0], ""}));
+    std::vector<mat_operand> mats;
+    std::map<mat_operand, int> index;
+    json dot_list = json::array();
+    for (size_t d = 0; d < dots.size(); ++d) {
+      // The dtype the MXU sees: the dot's operand dtype; fp8 runs as bf16 (exact), and a
+      // float pair of different widths as the wider.
+      auto compute = [&](const dot_side& s) {
+        std::string dt = s.operand_dtype;
+        if (dt.rfind("float8", 0) == 0)
+          dt = "bfloat16";
+        return dt;
+      };
+      std::string cl = compute(lhs[d]), cr = compute(rhs[d]);
+      if (!int_dot && cl != cr)
+        cl = cr = dtype_bytes(cl) >= dtype_bytes(cr) ? cl : cr;
+      if (int_dot && (is_float_dtype(cl) || is_float_dtype(cr)))
+        return std::nullopt;
+      int ids[2];
+      for (int w = 0; w < 2; ++w) {
+        const dot_side& s = w == 0 ? lhs[d] : rhs[d];
+        mat_operand m;
+        m.input = s.input;
+        m.layout = s.layout;
+        m.dtype = s.source_dtype;
+        std::string last = s.source_dtype;
+        if (is_float_dtype(s.narrowest) && s.narrowest != last &&
+            dtype_bytes(s.narrowest) < dtype_bytes(last)) {
+          m.casts.push_back(s.narrowest);
+          last = s.narrowest;
+        }
+        std::string want = w == 0 ? cl : cr;
+        if (want != last)
+          m.casts.push_back(want);
+        auto it = index.find(m);
+        if (it == index.end()) {
+          it = index.emplace(m, static_cast<int>(mats.size())).first;
+          mats.push_back(m);
+        }
+        ids[w] = it->second;
+      }
+      dot_list.push_back({ids[0], ids[1], lhs[d].scale * rhs[d].scale});
+    }
+
+    // Alignment of M, N, K blocks: lane dims 128, sublane dims by dtype packing.
+    int64_t am = 8, an = 8, ak = 8;
+    auto need = [](int64_t& a, int64_t v) { a = std::max(a, v); };
+    for (auto& m : mats) {
+      int64_t sub = sublane_align(m.dtype);
+      if (m.layout == "mk") { need(am, sub); need(ak, 128); }
+      if (m.layout == "km") { need(ak, sub); need(am, 128); }
+      if (m.layout == "kn") { need(ak, sub); need(an, 128); }
+      if (m.layout == "nk") { need(an, sub); need(ak, 128); }
+    }
+    json extras = json::array(), extra_exprs = json::array(), extra_bytes = json::array();
+    for (auto& op : prog.operands) {
+      const std::string& nm = sig.input(op.input);
+      if (op.scalar) {
+        extras.push_back(nullptr);
+        extra_exprs.push_back(fmt::format("jnp.reshape(jnp.asarray({}), (1,)).astype(jnp.{})",
+                                          nm, is_float_dtype(op.dtype) ? "float32" : "int32"));
+        extra_bytes.push_back(0);
+        continue;
+      }
+      extras.push_back({op.present[0], op.present[1], op.present[2]});
+      extra_exprs.push_back(fmt::format("jnp.reshape({}, {})", nm, op.space_shape));
+      extra_bytes.push_back(dtype_bytes(op.dtype));
+      if (op.present[1])
+        need(am, op.present[2] ? sublane_align(op.dtype) : sublane_align(op.dtype));
+      if (op.present[2])
+        need(an, 128);
+    }
+    json outputs = json::array();
+    std::string result;
+    for (size_t k = 0; k < prog.outputs.size(); ++k) {
+      auto& o = prog.outputs[k];
+      outputs.push_back({{o.present[0], o.present[1], o.present[2]}, o.dtype});
+      if (o.present[1])
+        need(am, sublane_align(o.dtype));
+      if (o.present[2])
+        need(an, 128);
+      result += (k ? ", " : "") + fmt::format("outs[{}].reshape({})", k, o.ref_shape);
+    }
+    result = prog.outputs.size() == 1 ? "    return " + result
+                                      : "    return (" + result + ")";
+    std::string mode = prog.reduced[2] ? (prog.streamable ? "stream" : "row") : "tile";
+    bool full_m = prog.reduced[1];
+
+    // Wrapper: sizes, canonical operands, extras.
+    std::vector<std::string> bexprs = space[0].factor_exprs, mexprs = space[1].factor_exprs,
+                             nexprs = space[2].factor_exprs;
+    std::string kexpr = fmt::format("{}.shape[{}]", lname, lhs[0].k);
+    std::string prep = fmt::format("    B, M, N, K = {}, {}, {}, {}\n", product_expr(bexprs),
+                                   product_expr(mexprs), product_expr(nexprs), kexpr);
+    prep += "    mats = [\n";
+    for (auto& m : mats) {
+      std::string shape = m.layout == "mk"   ? "(B, M, K)"
+                          : m.layout == "km" ? "(B, K, M)"
+                          : m.layout == "kn" ? "(B, K, N)"
+                                             : "(B, N, K)";
+      prep += fmt::format("        jnp.reshape({}, {}),\n", sig.input(m.input), shape);
+    }
+    prep += "    ]\n    extras = [\n";
+    for (auto& e : extra_exprs)
+      prep += "        " + e.get<std::string>() + ",\n";
+    prep += "    ]";
+
+    json mat_layouts = json::array(), casts = json::array(), mat_dtypes = json::array();
+    for (auto& m : mats) {
+      mat_layouts.push_back(m.layout);
+      casts.push_back(m.casts);
+      mat_dtypes.push_back(m.dtype);
+    }
+    json stream_accs = json::array();
+    if (mode == "stream")
+      for (auto& d : prog.accumulator_dtypes)
+        stream_accs.push_back(d);
+
+    template_match tm;
+    tm.family = name();
+    std::string eltype = g.dtype(lhs0) + " x " + g.dtype(rhs0);
+    std::string prims;
+    for (auto& p : prog.primitives)
+      prims += (prims.empty() ? "" : " ") + p;
+    tm.summary = fmt::format(
+        "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}", dots.size(),
+        space[0].extent(), space[1].extent(), space[2].extent(), k0, lhs[0].layout,
+        rhs[0].layout, ", " + eltype, prims.empty() ? "none" : prims, mode,
+        full_m ? ", whole columns of M per block" : "");
+    json config = {{"mode", mode},
+                   {"full_m", full_m},
+                   {"align", {am, an, ak}},
+                   {"dots", dot_list},
+                   {"mat_layouts", mat_layouts},
+                   {"casts", casts},
+                   {"extras", extras},
+                   {"outputs", outputs},
+                   {"acc_dtype", int_dot ? "int32" : "float32"},
+                   {"stream_accs", stream_accs},
+                   {"transcendentals", prog.transcendentals}};
+    std::string code = prog.code;
+    if (mode == "stream")
+      code += "\n\n" + prog.stream_code;
+    tm.facts = {{"signature", signature_facts(sig)},
+                {"config", config},
+                {"epilogue", code},
+                {"prep", prep},
+                {"result", result},
+                {"sizes", {{"B", space[0].extent()}, {"M", space[1].extent()},
+                           {"N", space[2].extent()}, {"K", k0}}},
+                {"mat_dtypes", mat_dtypes},
+                {"extra_bytes", extra_bytes},
+                {"refusal_stream", prog.stream_refusal}};
+    tm.score = 1.0;
+    return tm;
+  }
+
+  // Effective blocks at configuration 0.
+  struct blocks {
+    int64_t bm, bn, bk;
+  };
+  blocks effective(const template_match& m, const json& params) const {
+    const auto& c = m.facts["config"];
+    const auto& s = m.facts["sizes"];
+    int64_t M = s["M"], N = s["N"], K = s["K"];
+    auto get = [&](const char* k, int64_t d) {
+      return params.contains(k) && params[k].is_number() ? params[k].get<int64_t>() : d;
+    };
+    blocks b;
+    b.bm = c["full_m"].get<bool>() ? M : effective_block(M, c["align"][0], get("block_m", 512));
+    b.bn = c["mode"] == "row" ? N : effective_block(N, c["align"][1], get("block_n", 512));
+    b.bk = effective_block(K, c["align"][2], get("block_k", 512));
+    return b;
+  }
+
+  int64_t vmem_bytes(const template_match& m, const json& params) const override {
+    const auto& c = m.facts["config"];
+    auto b = effective(m, params);
+    int64_t io = 0;
+    const auto& layouts = c["mat_layouts"];
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      std::string l = layouts[i], dt = m.facts["mat_dtypes"][i];
+      if (l == "mk") io += tile_bytes(b.bm, b.bk, dt);
+      if (l == "km") io += tile_bytes(b.bk, b.bm, dt);
+      if (l == "kn") io += tile_bytes(b.bk, b.bn, dt);
+      if (l == "nk") io += tile_bytes(b.bn, b.bk, dt);
+    }
+    for (size_t i = 0; i < c["extras"].size(); ++i) {
+      const auto& pres = c["extras"][i];
+      if (pres.is_null())
+        continue;
+      int bytes = m.facts["extra_bytes"][i];
+      std::string dt = bytes == 2 ? "bfloat16" : bytes == 1 ? "int8" : "float32";
+      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn : 1, dt);
+    }
+    for (const auto& o : c["outputs"]) {
+      const auto& pres = o[0];
+      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn : 1, o[1]);
+    }
+    int64_t ndots = static_cast<int64_t>(c["dots"].size());
+    int64_t acc = ndots * tile_bytes(b.bm, b.bn, "float32");
+    int64_t stats = static_cast<int64_t>(c["stream_accs"].size()) * tile_bytes(b.bm, 1, "float32");
+    // The dot's result before it is added and the epilogue's temporaries: two f32 tiles;
+    // blocks cast before the dot (int8 / fp8 weights) take a converted copy.
+    int64_t temps = 2 * tile_bytes(b.bm, b.bn, "float32");
+    for (size_t i = 0; i < layouts.size(); ++i)
+      if (!c["casts"][i].empty()) {
+        std::string l = layouts[i];
+        int64_t rows = l[0] == 'm' ? b.bm : l[0] == 'n' ? b.bn : b.bk;
+        int64_t cols = l[1] == 'm' ? b.bm : l[1] == 'n' ? b.bn : b.bk;
+        temps += tile_bytes(rows, cols, c["casts"][i].back());
+      }
+    return 2 * io + acc + stats + temps;
+  }
+
+  // Modeled cost of a choice of blocks (for the first candidate only): the longer of MXU
+  // time and HBM time for the operand traffic its grid order causes, plus per-step overhead.
+  double rough_cost(const template_match& m, const json& p, const config::chip& chip) const {
+    const auto& c = m.facts["config"];
+    const auto& s = m.facts["sizes"];
+    double B = s["B"], M = s["M"], N = s["N"], K = s["K"];
+    auto b = effective(m, p);
+    double nm = M / static_cast<double>(b.bm), nn = N / static_cast<double>(b.bn),
+           nk = K / static_cast<double>(b.bk);
+    bool n_major = p.value("grid_order", "m_major") == "n_major";
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < c["mat_layouts"].size(); ++i) {
+      std::string l = c["mat_layouts"][i];
+      double bytes = B * (l[0] == 'm' || l[1] == 'm' ? M : N) * K *
+                     dtype_bytes(m.facts["mat_dtypes"][i]);
+      bool is_lhs = l == "mk" || l == "km";
+      // A block is fetched again whenever its index changes between consecutive steps.
+      double rereads = is_lhs ? (n_major ? nn : (nk > 1 ? nn : 1.0))
+                              : (n_major ? (nk > 1 ? nm : 1.0) : ((nk > 1 || nn > 1) ? nm : 1.0));
+      (is_lhs ? lhs : rhs) += bytes * rereads;
+    }
+    double out = 0;
+    for (const auto& o : c["outputs"])
+      out += B * (o[0][1].get<bool>() ? M : 1) * (o[0][2].get<bool>() ? N : 1) *
+             dtype_bytes(o[1]);
+    double bw = chip.hbm_bandwidth > 0 ? chip.hbm_bandwidth * chip.device_share() : 1e12;
+    double flops = chip.bf16_flops > 0 ? chip.bf16_flops * chip.device_share() : 1e14;
+    double mxu = std::max<double>(128, chip.mxu_size);
+    auto pad = [&](double x) { return std::ceil(x / mxu) * mxu; };
+    double compute = 2 * B * nm * nn * nk * pad(b.bm) * pad(b.bn) * pad(b.bk) *
+                     static_cast<double>(c["dots"].size()) / flops;
+    double memory = (lhs + rhs + out) / bw;
+    double steps = B * nm * nn * nk;
+    return std::max(compute, memory) + steps * 0.35e-6;
+  }
+
+  json initial_params(const template_match& m, const config::chip& chip) const override {
+    const auto& c = m.facts["config"];
+    const auto& s = m.facts["sizes"];
+    std::string mode = c["mode"];
+    int64_t scoped = static_cast<int64_t>(chip.scoped_vmem_bytes);
+    int64_t physical = static_cast<int64_t>(chip.vmem_bytes);
+    // Production kernels raise the scoped limit (48-100 MiB on 128 MiB chips): allow half the
+    // core's VMEM, at most 64 MiB, and never less than 3/4 of the default.
+    int64_t budget = std::max(scoped * 3 / 4, std::min(physical / 2, int64_t{64} << 20));
+    std::vector<int64_t> ms = {2048, 1024, 512, 256, 128, 64, 32, 16, 8};
+    std::vector<int64_t> ns = {4096, 2048, 1024, 512, 256, 128};
+    std::vector<int64_t> ks = {s["K"].get<int64_t>(), 4096, 2048, 1024, 512, 256, 128};
+    std::vector<std::string> orders = {"m_major"};
+    if (mode == "tile")
+      orders.push_back("n_major");
+    json best;
+    double best_cost = 0;
+    for (const auto& order : orders)
+      for (int64_t bm : ms)
+        for (int64_t bn : (mode == "row" ? std::vector<int64_t>{512} : ns))
+          for (int64_t bk : ks) {
+            json p = {{"block_m", bm}, {"block_n", bn}, {"block_k", bk}};
+            if (mode == "tile")
+              p["grid_order"] = order;
+            if (vmem_bytes(m, p) > budget)
+              continue;
+            double cost = rough_cost(m, p, chip);
+            if (best.is_null() || cost < best_cost * 0.999) {
+              best = p;
+              best_cost = cost;
+            }
+          }
+    if (best.is_null()) {  // nothing fits the budget: the smallest aligned blocks
+      best = {{"block_m", c["align"][0]}, {"block_n", c["align"][1]}, {"block_k", c["align"][2]}};
+      if (mode == "tile")
+        best["grid_order"] = "m_major";
+    }
+    int64_t need = vmem_bytes(m, best);
+    best["vmem_limit_bytes"] =
+        need > scoped * 3 / 4
+            ? std::min<int64_t>(physical * 7 / 8, round_up(need * 5 / 4, int64_t{1} << 20))
+            : scoped;
+    return best;
+  }
+
+  std::vector<tunable> tunables(const template_match& m) const override {
+    const auto& c = m.facts["config"];
+    const auto& s = m.facts["sizes"];
+    std::string mode = c["mode"];
+    std::vector<tunable> ts;
+    if (!c["full_m"].get<bool>())
+      ts.push_back({"block_m", tunable::kind::block, s["M"], c["align"][0], 1, 0, false, {},
+                    "rows of the output per block"});
+    if (mode != "row")
+      ts.push_back({"block_n", tunable::kind::block, s["N"], c["align"][1], 2, 0,
+                    mode == "stream", {},
+                    mode == "stream" ? "columns per block (row statistics carried across)"
+                                     : "columns of the output per block"});
+    ts.push_back({"block_k", tunable::kind::block, s["K"], c["align"][2], 3, 0, true, {},
+                  "contracted elements accumulated per grid step"});
+    if (mode == "tile")
+      ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
+                    {"m_major", "n_major"},
+                    "row blocks outside (rhs re-read per row block) or inside (lhs re-read)"});
+    ts.push_back({"vmem_limit_bytes", tunable::kind::choice, 0, 1, -1, 0, false, {},
+                  "scoped VMEM limit"});
+    return ts;
+  }
+
+  bool render(const template_match& m, const json& params, std::string& source,
+              std::string& error) const override {
+    for (const char* k : {"block_m", "block_n", "block_k"})
+      if (!params.contains(k) || !params[k].is_number_integer() || params[k].get<int64_t>() < 1) {
+        error = std::string("param ") + k + " must be a positive integer";
+        return false;
+      }
+    if (params.contains("grid_order") && params["grid_order"] != "m_major" &&
+        params["grid_order"] != "n_major") {
+      error = "param grid_order must be m_major or n_major";
+      return false;
+    }
+    if (!params.contains("vmem_limit_bytes") || !params["vmem_limit_bytes"].is_number() ||
+        params["vmem_limit_bytes"].get<double>() <= 0) {
+      error = "param vmem_limit_bytes must be a positive number";
+      return false;
+    }
+    const auto& f = m.facts;
+    return fill_template("matmul.py",
+                         {{"header", header_comment(name(), m.summary, params.dump())},
+                          {"params", python_literal(params)},
+                          {"config", python_literal(f["config"])},
+                          {"epilogue", f["epilogue"].get<std::string>()},
+                          {"args", f["signature"]["args"].get<std::string>()},
+                          {"prep", f["prep"].get<std::string>()},
+                          {"result", f["result"].get<std::string>()}},
+                         source, error);
+  }
+};
+
+}  // namespace
+
+template_ptr make_matmul_template() { return std::make_shared<matmul_template>(); }
+
+}  // namespace maxkernel::agents::expert

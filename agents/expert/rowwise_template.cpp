@@ -1,0 +1,308 @@
+// Template "rowwise": references that are, as a whole, an elementwise and last-axis reduction
+// chain over inputs sharing a row layout [rows..., D] (rmsnorm, layernorm with weight and
+// bias, softmax, log-softmax, cross-entropy over a vocabulary with labels, any elementwise
+// chain), generated from the jaxpr by block_program. Blocks are (block_rows, D) when the
+// chain reduces rows and some output spans them; (block_rows, block_d) with row statistics
+// carried across D blocks when every output is a row statistic; (block_rows, block_d) tiles
+// when nothing is reduced. Refused: matmuls, convolutions, loops, reductions over rows or over
+// part of D (grouped), gathers other than one element per row.
+#include "agents/expert/block_program.hpp"
+#include "agents/expert/block_size.hpp"
+#include "agents/expert/kernel_template.hpp"
+#include "agents/expert/operand_trace.hpp"
+#include "agents/expert/template_text.hpp"
+#include "agents/expert/workload_signature.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace maxkernel::agents::expert {
+
+namespace {
+
+using json = nlohmann::json;
+
+int64_t round_up(int64_t x, int64_t m) { return m <= 0 ? x : (x + m - 1) / m * m; }
+
+int64_t sublane_align(const std::string& dtype) {
+  int b = dtype_bytes(dtype);
+  return b >= 4 ? 8 : 8 * (4 / b);
+}
+
+int64_t tile_bytes(int64_t rows, int64_t cols, const std::string& dtype) {
+  return round_up(rows, sublane_align(dtype)) * round_up(cols, 128) * dtype_bytes(dtype);
+}
+
+int64_t elements(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s)
+    n *= d;
+  return n;
+}
+
+class rowwise_template final : public kernel_template {
+public:
+  std::string name() const override { return "rowwise"; }
+  std::string covers() const override {
+    return "row-wise fused kernels generated from the reference: elementwise chains and "
+           "last-axis reductions (norms, softmax, log-softmax, cross-entropy with labels)";
+  }
+
+  std::optional<template_match> match(const graph_view& g,
+                                      schema::KernelSpec::Reader spec) const override {
+    static const std::set<std::string> refused = {
+        "dot_general", "conv_general_dilated", "ragged_dot", "ragged_dot_general", "scan",
+        "while", "cond", "pallas_call", "sort", "cumsum", "scatter", "scatter-add"};
+    for (unsigned i = 0; i < g.size(); ++i)
+      if (refused.count(g.primitive(static_cast<int>(i))))
+        return std::nullopt;
+    auto sig = make_signature(spec);
+    if (sig.graph_inputs.size() != g.input_count() || g.output_count() == 0)
+      return std::nullopt;
+    // The row layout: the biggest float input (else the biggest input).
+    int main_input = -1;
+    int64_t best = 0;
+    bool best_float = false;
+    for (unsigned k = 0; k < g.input_count(); ++k) {
+      value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
+      auto s = g.shape(v);
+      if (s.empty())
+        continue;
+      bool fl = is_float_dtype(g.dtype(v));
+      int64_t n = elements(s);
+      if ((fl && !best_float) || (fl == best_float && n > best)) {
+        main_input = static_cast<int>(k);
+        best = n;
+        best_float = fl;
+      }
+    }
+    if (main_input < 0)
+      return std::nullopt;
+    value_ref mainv{value_ref::kind::input, main_input, ""};
+    auto shape = g.shape(mainv);
+    const std::string& mname = sig.input(main_input);
+    std::vector<space_axis> space(2);
+    for (size_t d = 0; d + 1 < shape.size(); ++d) {
+      space[0].factors.push_back(shape[d]);
+      space[0].factor_exprs.push_back(fmt::format("{}.shape[{}]", mname, d));
+    }
+    space[1].factors.push_back(shape.back());
+    space[1].factor_exprs.push_back(fmt::format("{}.shape[{}]", mname, shape.size() - 1));
+
+    block_request req;
+    req.space = space;
+    req.name = "rows";
+    req.stream_axis = 1;
+    std::vector<int> seed_inputs;
+    for (unsigned k = 0; k < g.input_count(); ++k) {
+      value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
+      if (g.shape(v) != shape)
+        continue;
+      block_seed s;
+      s.value = v;
+      if (!map_dims_to_factors(shape, space, s.dims))
+        return std::nullopt;
+      req.seeds.push_back(s);
+      seed_inputs.push_back(static_cast<int>(k));
+    }
+    for (unsigned k = 0; k < g.output_count(); ++k)
+      req.outputs.push_back(g.output(k));
+    block_program prog;
+    std::string why;
+    if (!build_block_program(g, req, prog, why))
+      return std::nullopt;  // `why` says what the generator could not express
+    if (prog.reduced[0])
+      return std::nullopt;  // a reduction over rows: not a row-wise kernel
+
+    int64_t ar = 8;
+    auto need = [](int64_t& a, int64_t v) { a = std::max(a, v); };
+    json seed_dtypes = json::array();
+    std::string prep = fmt::format("    R, D = {}, {}\n    seeds = [\n",
+                                   space[0].factor_exprs.empty() ? "1" : space[0].extent_expr(),
+                                   space[1].extent_expr());
+    for (int k : seed_inputs) {
+      value_ref v{value_ref::kind::input, k, ""};
+      need(ar, sublane_align(g.dtype(v)));
+      seed_dtypes.push_back(g.dtype(v));
+      prep += fmt::format("        jnp.reshape({}, (R, D)),\n", sig.input(k));
+    }
+    prep += "    ]\n    extras = [\n";
+    json extras = json::array(), extra_dtypes = json::array();
+    for (auto& op : prog.operands) {
+      const std::string& nm = sig.input(op.input);
+      if (op.scalar) {
+        extras.push_back(nullptr);
+        extra_dtypes.push_back(nullptr);
+        prep += fmt::format("        jnp.reshape(jnp.asarray({}), (1,)).astype(jnp.{}),\n", nm,
+                            is_float_dtype(op.dtype) ? "float32" : "int32");
+        continue;
+      }
+      extras.push_back({op.present[0], op.present[1]});
+      extra_dtypes.push_back(op.dtype);
+      if (op.present[0])
+        need(ar, sublane_align(op.dtype));
+      prep += fmt::format("        jnp.reshape({}, {}),\n", nm, op.space_shape);
+    }
+    prep += "    ]";
+    json outputs = json::array();
+    std::string result;
+    for (size_t k = 0; k < prog.outputs.size(); ++k) {
+      auto& o = prog.outputs[k];
+      outputs.push_back({{o.present[0], o.present[1]}, o.dtype});
+      if (o.present[0])
+        need(ar, sublane_align(o.dtype));
+      result += (k ? ", " : "") + fmt::format("outs[{}].reshape({})", k, o.ref_shape);
+    }
+    result = prog.outputs.size() == 1 ? "    return " + result : "    return (" + result + ")";
+    std::string mode = prog.reduced[1] ? (prog.streamable ? "stream" : "row") : "tile";
+    json stream_accs = json::array();
+    if (mode == "stream")
+      for (auto& d : prog.accumulator_dtypes)
+        stream_accs.push_back(d);
+
+    std::string prims;
+    for (auto& p : prog.primitives)
+      prims += (prims.empty() ? "" : " ") + p;
+    template_match tm;
+    tm.family = name();
+    tm.summary = fmt::format("rows={} D={} over {} row input(s), {} extra operand(s): [{}] in {} "
+                             "mode",
+                             space[0].extent(), space[1].extent(), seed_inputs.size(),
+                             prog.operands.size(), prims, mode);
+    json config = {{"mode", mode},
+                   {"align", {ar, 128}},
+                   {"extras", extras},
+                   {"outputs", outputs},
+                   {"stream_accs", stream_accs},
+                   {"transcendentals", prog.transcendentals},
+                   {"flops_per_element", static_cast<int>(prog.primitives.size())}};
+    std::string code = prog.code;
+    if (mode == "stream")
+      code += "\n\n" + prog.stream_code;
+    tm.facts = {{"signature", signature_facts(sig)},
+                {"config", config},
+                {"program", code},
+                {"prep", prep},
+                {"result", result},
+                {"sizes", {{"R", space[0].extent()}, {"D", space[1].extent()}}},
+                {"seed_dtypes", seed_dtypes},
+                {"extra_dtypes", extra_dtypes}};
+    tm.score = 1.0;
+    return tm;
+  }
+
+  struct blocks {
+    int64_t br, bd;
+  };
+  blocks effective(const template_match& m, const json& params) const {
+    const auto& c = m.facts["config"];
+    int64_t R = m.facts["sizes"]["R"], D = m.facts["sizes"]["D"];
+    auto get = [&](const char* k, int64_t d) {
+      return params.contains(k) && params[k].is_number() ? params[k].get<int64_t>() : d;
+    };
+    return {effective_block(R, c["align"][0], get("block_rows", 256)),
+            c["mode"] == "row" ? D : effective_block(D, 128, get("block_d", 2048))};
+  }
+
+  int64_t vmem_bytes(const template_match& m, const json& params) const override {
+    const auto& c = m.facts["config"];
+    auto b = effective(m, params);
+    int64_t io = 0;
+    for (const auto& dt : m.facts["seed_dtypes"])
+      io += tile_bytes(b.br, b.bd, dt);
+    for (size_t i = 0; i < c["extras"].size(); ++i) {
+      const auto& pres = c["extras"][i];
+      if (pres.is_null())
+        continue;
+      io += tile_bytes(pres[0].get<bool>() ? b.br : 1, pres[1].get<bool>() ? b.bd : 1,
+                       m.facts["extra_dtypes"][i]);
+    }
+    for (const auto& o : c["outputs"])
+      io += tile_bytes(o[0][0].get<bool>() ? b.br : 1, o[0][1].get<bool>() ? b.bd : 1, o[1]);
+    int64_t stats = static_cast<int64_t>(c["stream_accs"].size()) * tile_bytes(b.br, 1, "float32");
+    // f32 copies of the block and the chain's temporaries.
+    int64_t temps = 2 * tile_bytes(b.br, b.bd, "float32");
+    return 2 * io + stats + temps;
+  }
+
+  json initial_params(const template_match& m, const config::chip& chip) const override {
+    const auto& c = m.facts["config"];
+    std::string mode = c["mode"];
+    json p = {{"block_rows", 512}, {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
+    if (mode != "row")
+      p["block_d"] = 2048;
+    auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes) * 3 / 4;
+    int64_t ar = c["align"][0];
+    for (int guard = 0; guard < 64 && vmem_bytes(m, p) > budget; ++guard) {
+      auto b = effective(m, p);
+      if (b.br > std::max<int64_t>(ar, 64))
+        p["block_rows"] = std::max(ar, b.br / 2);
+      else if (mode != "row" && b.bd > 512)
+        p["block_d"] = b.bd / 2;
+      else if (b.br > ar)
+        p["block_rows"] = std::max(ar, b.br / 2);
+      else
+        break;
+      auto nb = effective(m, p);
+      if (nb.br == b.br && nb.bd == b.bd)
+        break;
+    }
+    auto need = vmem_bytes(m, p);
+    if (need > budget)
+      p["vmem_limit_bytes"] = std::min<int64_t>(static_cast<int64_t>(chip.vmem_bytes) * 7 / 8,
+                                                round_up(need * 4 / 3, 1 << 20));
+    return p;
+  }
+
+  std::vector<tunable> tunables(const template_match& m) const override {
+    const auto& c = m.facts["config"];
+    std::string mode = c["mode"];
+    std::vector<tunable> ts;
+    ts.push_back({"block_rows", tunable::kind::block, m.facts["sizes"]["R"], c["align"][0], 0, 0,
+                  false, {}, "rows per block"});
+    if (mode != "row")
+      ts.push_back({"block_d", tunable::kind::block, m.facts["sizes"]["D"], 128, 1, 0,
+                    mode == "stream", {},
+                    mode == "stream" ? "row elements per block (statistics carried across)"
+                                     : "row elements per block"});
+    ts.push_back({"vmem_limit_bytes", tunable::kind::choice, 0, 1, -1, 0, false, {},
+                  "scoped VMEM limit"});
+    return ts;
+  }
+
+  bool render(const template_match& m, const json& params, std::string& source,
+              std::string& error) const override {
+    const auto& c = m.facts["config"];
+    std::vector<const char*> keys = {"block_rows"};
+    if (c["mode"] != "row")
+      keys.push_back("block_d");
+    for (const char* k : keys)
+      if (!params.contains(k) || !params[k].is_number_integer() || params[k].get<int64_t>() < 1) {
+        error = std::string("param ") + k + " must be a positive integer";
+        return false;
+      }
+    if (!params.contains("vmem_limit_bytes") || !params["vmem_limit_bytes"].is_number() ||
+        params["vmem_limit_bytes"].get<double>() <= 0) {
+      error = "param vmem_limit_bytes must be a positive number";
+      return false;
+    }
+    const auto& f = m.facts;
+    return fill_template("rowwise.py",
+                         {{"header", header_comment(name(), m.summary, params.dump())},
+                          {"params", python_literal(params)},
+                          {"config", python_literal(f["config"])},
+                          {"program", f["program"].get<std::string>()},
+                          {"args", f["signature"]["args"].get<std::string>()},
+                          {"prep", f["prep"].get<std::string>()},
+                          {"result", f["result"].get<std::string>()}},
+                         source, error);
+  }
+};
+
+}  // namespace
+
+template_ptr make_rowwise_template() { return std::make_shared<rowwise_template>(); }
+
+}  // namespace maxkernel::agents::expert

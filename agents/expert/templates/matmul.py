@@ -1,0 +1,173 @@
+{{header}}
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+PARAMS = {{params}}
+
+# What the matcher found: the dots (lhs operand, rhs operand, scale), each operand's layout in
+# its canonical (batch, rows, cols) form and the casts done on its blocks, the extra operands'
+# presence along (batch, M, N) (None: a scalar in SMEM), the outputs' presence and dtypes, the
+# epilogue mode (tile: elementwise only; row: a block holds whole rows of N; stream: row
+# statistics accumulated across N blocks), and the alignment of (M, N, K) blocks.
+CFG = {{config}}
+
+
+# The fused epilogue, generated from the reference's jaxpr (agents/expert/block_program).
+{{epilogue}}
+
+
+def _fit(dim, want, align):
+    """The block really used: the largest divisor of dim that is a multiple of align and at
+    most want, else dim itself (always legal)."""
+    if want >= dim:
+        return dim
+    b = (want // align) * align
+    while b >= align:
+        if dim % b == 0:
+            return b
+        b -= align
+    return dim
+
+
+def _cast(x, chain):
+    for dt in chain:
+        x = x.astype(jnp.dtype(dt))
+    return x
+
+
+def _matmul(mats, extras, B, M, N, K):
+    mode = CFG["mode"]
+    am, an, ak = CFG["align"]
+    bm = M if CFG["full_m"] else _fit(M, int(PARAMS["block_m"]), am)
+    bn = N if mode == "row" else _fit(N, int(PARAMS["block_n"]), an)
+    bk = _fit(K, int(PARAMS["block_k"]), ak)
+    nm, nn, nk = M // bm, N // bn, K // bk
+    n_major = mode == "tile" and PARAMS.get("grid_order", "m_major") == "n_major"
+    grid = (B, nn, nm, nk) if n_major else (B, nm, nn, nk)
+
+    def spec(shape, f):
+        if n_major:
+            return pl.BlockSpec(shape, lambda b, j, i, k: f(b, i, j, k))
+        return pl.BlockSpec(shape, f)
+
+    def space_spec(pres):
+        shape = (None, bm if pres[1] else 1, bn if pres[2] else 1)
+        return spec(shape, lambda b, i, j, k: (b if pres[0] else 0, i if pres[1] else 0,
+                                               j if pres[2] else 0))
+
+    mat_blocks = {
+        "mk": ((None, bm, bk), lambda b, i, j, k: (b, i, k)),
+        "km": ((None, bk, bm), lambda b, i, j, k: (b, k, i)),
+        "kn": ((None, bk, bn), lambda b, i, j, k: (b, k, j)),
+        "nk": ((None, bn, bk), lambda b, i, j, k: (b, j, k)),
+    }
+    in_specs = [spec(*mat_blocks[layout]) for layout in CFG["mat_layouts"]]
+    for pres in CFG["extras"]:
+        in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM) if pres is None
+                        else space_spec(pres))
+    out_specs, out_shape = [], []
+    for pres, dt in CFG["outputs"]:
+        out_specs.append(space_spec(pres))
+        out_shape.append(jax.ShapeDtypeStruct(
+            (B if pres[0] else 1, M if pres[1] else 1, N if pres[2] else 1), jnp.dtype(dt)))
+
+    dots = CFG["dots"]
+    acc_dtype = jnp.dtype(CFG["acc_dtype"])
+    nmats, nextra, nout = len(mats), len(extras), len(out_shape)
+    scratch = [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
+    scratch += [pltpu.VMEM((bm, 1), jnp.dtype(dt)) for dt in CFG["stream_accs"]]
+
+    def kernel(*refs):
+        mat_refs = refs[:nmats]
+        extra_refs = refs[nmats:nmats + nextra]
+        out_refs = refs[nmats + nextra:nmats + nextra + nout]
+        acc_refs = refs[nmats + nextra + nout:nmats + nextra + nout + len(dots)]
+        stat_refs = refs[nmats + nextra + nout + len(dots):]
+        if n_major:
+            b, j, i, k = (pl.program_id(a) for a in range(4))
+        else:
+            b, i, j, k = (pl.program_id(a) for a in range(4))
+
+        @pl.when(k == 0)
+        def _zero():
+            for acc in acc_refs:
+                acc[...] = jnp.zeros(acc.shape, acc.dtype)
+
+        for (li, ri, _), acc in zip(dots, acc_refs):
+            lhs = _cast(mat_refs[li][...], CFG["casts"][li])
+            rhs = _cast(mat_refs[ri][...], CFG["casts"][ri])
+            lc = 1 if CFG["mat_layouts"][li] == "mk" else 0
+            rc = 0 if CFG["mat_layouts"][ri] == "kn" else 1
+            acc[...] += jax.lax.dot_general(lhs, rhs, (((lc,), (rc,)), ((), ())),
+                                            preferred_element_type=acc_dtype)
+
+        def seeds():
+            vals = []
+            for (_, _, scale), acc in zip(dots, acc_refs):
+                v = acc[...]
+                vals.append(v * scale if scale != 1.0 else v)
+            return vals
+
+        def extra_values():
+            return [r[0] if pres is None else r[...]
+                    for r, pres in zip(extra_refs, CFG["extras"])]
+
+        offsets = (b, i * bm, j * bn)
+        extents = (B, M, N)
+
+        def store(outs):
+            for o, v in zip(out_refs, outs):
+                o[...] = jnp.broadcast_to(v, o.shape).astype(o.dtype)
+
+        @pl.when(k == nk - 1)
+        def _epilogue():
+            if mode != "stream":
+                store(epilogue(seeds(), extra_values(), offsets, extents))
+                return
+
+            @pl.when(j == 0)
+            def _init():
+                for s, v in zip(stat_refs, epilogue_init((bm, 1))):
+                    s[...] = v
+
+            accs = epilogue_step([s[...] for s in stat_refs], seeds(), extra_values(),
+                                 offsets, extents)
+            for s, v in zip(stat_refs, accs):
+                s[...] = v
+
+            @pl.when(j == nn - 1)
+            def _final():
+                store(epilogue_final([s[...] for s in stat_refs], extra_values(), offsets,
+                                     extents, (bm, 1)))
+
+    if mode == "stream":
+        semantics = ("parallel", "parallel", "arbitrary", "arbitrary")
+    else:
+        semantics = ("parallel", "parallel", "parallel", "arbitrary")
+    in_bytes = sum(x.size * x.dtype.itemsize for x in list(mats) + list(extras))
+    out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
+    cost = pl.CostEstimate(flops=2 * B * M * N * K * len(dots),
+                           transcendentals=B * M * N * CFG["transcendentals"],
+                           bytes_accessed=int(in_bytes + out_bytes))
+    return pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        scratch_shapes=scratch,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=semantics,
+            vmem_limit_bytes=int(PARAMS["vmem_limit_bytes"])),
+        cost_estimate=cost,
+    )(*mats, *extras)
+
+
+def workload({{args}}):
+{{prep}}
+    outs = _matmul(mats, extras, B, M, N, K)
+{{result}}
