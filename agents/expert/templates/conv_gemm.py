@@ -1,0 +1,563 @@
+{{header}}
+# Convolution as an implicit GEMM on the MXU. The input is moved to channels-last (batch,
+# spatial..., channels), zero-padded and, for strided convolutions, split into stride phases
+# (space-to-depth) outside the kernel, so that every kernel tap reads a unit-stride window.
+# Each grid step owns one output tile (a run of leading spatial rows, the whole last spatial
+# row padded to the sublane tiling, a tile of output channels); it reads its input window with
+# its halo (pl.Element windows), and for every tap multiplies the window by the tap's weight
+# matrix into an f32 accumulator (a VMEM scratch when input channels are tiled over the last,
+# "arbitrary" grid axis). Depthwise convolutions multiply on the VPU instead. Transposed
+# convolutions (lhs dilation) run as one stride-1 convolution per output phase (sub-pixel
+# decomposition), so no zeros are inserted. The fused epilogue (generated from the
+# reference's per-position ops: bias, batchnorm, activations, residuals, channel softmax or
+# layernorm) and non-overlapping or whole-row max pools run on the tile before it is written.
+# Whatever the epilogue does not cover runs as jnp around the kernel.
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# The convolution as the reference wrote it (dimension numbers, strides, padding, dilations,
+# feature groups); padding "same" is recomputed from the input size at trace time.
+CONV = {{conv}}
+PARAMS = {{params}}
+# Operands of the epilogue: roles of each axis ("n" batch, "c" channel, "s<i>" spatial dim i,
+# None for a broadcast axis); kind row = per channel, nrow = per image and channel, full.
+LEAVES = {{leaves}}
+# The epilogue's results: roles of each axis, dtype, whether they keep the channel axis, and
+# the max pool fused after them (per spatial dim: window, stride, low and high padding).
+OUTS = {{outs}}
+EPI_NEEDS_ALL_CHANNELS = {{all_channels}}
+
+
+# The fused epilogue on a (rows, channels) tile of the convolution (rows: output positions of
+# one image, channels: a tile of output channels); generated from the reference's graph.
+{{epilogue}}
+
+
+def _t(v):
+    """A 2-D tile transposed (floats in f32, which every TPU transposes)."""
+    if jnp.issubdtype(v.dtype, jnp.floating):
+        v = v.astype(jnp.float32)
+    return v.T
+
+
+def _round_up(a, b):
+    return -(-a // b) * b
+
+
+def _divisor_tile(extent, request, align=1):
+    """Largest divisor of extent that is a multiple of align and <= request, else extent."""
+    best = None
+    for t in range(align, min(extent, max(request, 1)) + 1, align):
+        if extent % t == 0:
+            best = t
+    return best if best is not None else extent
+
+
+def _leading_tile(extent, request, align):
+    """Tile along a leading spatial dim: a divisor of the extent near the request (a multiple
+    of align), else balanced tiles whose last one overhangs (its rows are sliced off)."""
+    request = max(align, min(request, extent)) // align * align
+    div = _divisor_tile(extent, request, align)
+    if div <= request and 2 * div >= request:
+        return div
+    tiles = -(-extent // request)
+    return _round_up(-(-extent // tiles), align)
+
+
+def _same_pads(size, k, s, r):
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * r + 1 - size, 0)
+    return (total // 2, total - total // 2)
+
+
+def _ravel(index, extents):
+    flat = 0
+    for i, e in zip(index, extents):
+        flat = flat * e + i
+    return flat
+
+
+def _plan_direct(x, w, stride, rdil, pads, fold):
+    """Direct convolution: pad, fold taps into channels (fold 1: last spatial dim, 2: all),
+    split stride phases. Returns the kernel's input, weights, taps and output extents."""
+    d = len(stride)
+    ks = list(w.shape[:d])
+    stride, rdil = list(stride), list(rdil)
+    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads]
+                + [(0, 0, 0)])
+    sizes = x.shape[1:-1]
+    outs = [(sizes[i] - (ks[i] - 1) * rdil[i] - 1) // stride[i] + 1 for i in range(d)]
+    fold_dims = list(range(d)) if fold >= 2 else [d - 1] if fold == 1 else []
+    for i in fold_dims:
+        if ks[i] == 1 and stride[i] == 1:
+            continue
+        pieces = [lax.slice_in_dim(x, k * rdil[i], k * rdil[i] + (outs[i] - 1) * stride[i] + 1,
+                                   stride[i], axis=1 + i) for k in range(ks[i])]
+        x = jnp.concatenate(pieces, axis=-1)        # channel index = tap * C + c
+        wk = jnp.moveaxis(w, i, d - 1)
+        shp = wk.shape
+        wk = wk.reshape(shp[:d - 1] + (shp[d - 1] * shp[d], shp[d + 1]))
+        w = jnp.expand_dims(wk, i)
+        ks[i], stride[i], rdil[i] = 1, 1, 1
+    n, c = x.shape[0], x.shape[-1]
+    sizes = x.shape[1:-1]
+    hs = [-(-sizes[i] // stride[i]) for i in range(d)]
+    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)]
+                + [(0, hs[i] * stride[i] - sizes[i], 0) for i in range(d)] + [(0, 0, 0)])
+    x = x.reshape((n,) + sum(((hs[i], stride[i]) for i in range(d)), ()) + (c,))
+    perm = (0,) + tuple(2 + 2 * i for i in range(d)) + tuple(1 + 2 * i for i in range(d)) \
+        + (2 * d + 1,)
+    p_in = math.prod(stride)
+    x = x.transpose(perm).reshape((n, p_in) + tuple(hs) + (c,))
+    taps = []
+    for k in itertools.product(*[range(e) for e in ks]):
+        e = [k[i] * rdil[i] for i in range(d)]
+        taps.append((_ravel(k, ks), _ravel([e[i] % stride[i] for i in range(d)], stride),
+                     tuple(e[i] // stride[i] for i in range(d))))
+    t = math.prod(ks)
+    w = w.reshape((1, t) + w.shape[d:])
+    return x, w, [taps], outs, [1] * d
+
+
+def _plan_transposed(x, w, ldil, rdil, pads):
+    """Convolution with lhs dilation (a transposed convolution), stride 1: one stride-1
+    convolution per output phase r (out[L*q + r]) over the undilated input, with the taps
+    that land on input samples. Returns the same as _plan_direct."""
+    d = len(ldil)
+    ks = list(w.shape[:d])
+    sizes = x.shape[1:-1]
+    outs = [(sizes[i] - 1) * ldil[i] + pads[i][0] + pads[i][1] - (ks[i] - 1) * rdil[i] + 1
+            for i in range(d)]
+    per_dim = []
+    for i in range(d):
+        phases = []
+        for r in range(ldil[i]):
+            phases.append([(k, (r + k * rdil[i] - pads[i][0]) // ldil[i]) for k in range(ks[i])
+                           if (r + k * rdil[i] - pads[i][0]) % ldil[i] == 0])
+        per_dim.append(phases)
+    lo = [max(0, -min([o for ph in per_dim[i] for _, o in ph] or [0])) for i in range(d)]
+    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] + [(lo[i], 0, 0) for i in range(d)]
+                + [(0, 0, 0)])
+    x = x.reshape((x.shape[0], 1) + x.shape[1:])
+    t_all = math.prod(ks)
+    wt = w.reshape((t_all,) + w.shape[d:])
+    taps, ws = [], []
+    for r in itertools.product(*[range(l) for l in ldil]):
+        lists = [per_dim[i][r[i]] for i in range(d)]
+        tl = []
+        for combo in itertools.product(*lists):
+            tl.append((_ravel([k for k, _ in combo], ks), 0,
+                       tuple(combo[i][1] + lo[i] for i in range(d))))
+        taps.append(tl)
+    tmax = max(1, max(len(tl) for tl in taps))
+    for p, tl in enumerate(taps):
+        rows = [wt[t] for t, _, _ in tl]
+        rows += [jnp.zeros_like(wt[0])] * (tmax - len(rows))
+        ws.append(jnp.stack(rows))
+        taps[p] = [(j, pin, offs) for j, (_, pin, offs) in enumerate(tl)]
+    return x, jnp.stack(ws), taps, outs, list(ldil)
+
+
+def _block_diagonal(w, groups):
+    """Grouped weights (..., Cin/G, Cout) as dense (..., Cin, Cout) block-diagonal ones."""
+    cin_g, cout = w.shape[-2], w.shape[-1]
+    cout_g = cout // groups
+    dense = jnp.zeros(w.shape[:-2] + (cin_g * groups, cout), w.dtype)
+    for g in range(groups):
+        dense = dense.at[..., g * cin_g:(g + 1) * cin_g, g * cout_g:(g + 1) * cout_g].set(
+            w[..., g * cout_g:(g + 1) * cout_g])
+    return dense
+
+
+def _lane_tile(extent, request):
+    return _divisor_tile(extent, request, 128) if extent % 128 == 0 else extent
+
+
+def _pool_plan(pool, tiles, q, qp, sub, ntiles):
+    """Per spatial dim: (window, stride, lo, hi, pooled per tile, block extent, scratch extent,
+    real pooled size), or None when the fused pool does not fit the tiling."""
+    plan = []
+    d = len(tiles)
+    for i, (win, st, lo, hi) in enumerate(pool):
+        if ntiles[i] > 1:
+            if lo or hi or win != st or tiles[i] % st:
+                return None
+            per = tiles[i] // st
+            plan.append((win, st, 0, 0, per, per, tiles[i], ntiles[i] * per if q[i] == qp[i]
+                         else (q[i] - win) // st + 1))
+            continue
+        real = (q[i] + lo + hi - win) // st + 1
+        if real < 1:
+            return None
+        per = _round_up(real, sub) if i == d - 1 else real
+        extent = max(lo + tiles[i] + hi, (win - 1) + (per - 1) * st + 1)
+        plan.append((win, st, lo, hi, per, per, extent, real))
+    return plan
+
+
+def _kernel(*refs, cfg):
+    d, taps, tiles, nk = cfg["d"], cfg["taps"], cfg["tiles"], cfg["nk"]
+    nl, no = len(LEAVES), len(OUTS)
+    x_ref, w_ref = refs[0], refs[1]
+    leaf_refs = refs[2:2 + nl]
+    out_refs = refs[2 + nl:2 + nl + no]
+    scratch = list(refs[2 + nl + no:])
+    acc_ref = scratch.pop(0) if nk > 1 else None
+    pos = cfg["pos"]
+    rows = math.prod(tiles)
+    tn = cfg["tn"]
+    k_id = pl.program_id(pos["k"])
+
+    def window(pin, offs):
+        idx = (pin,) + tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)
+        return x_ref[idx]
+
+    def compute(p):
+        acc = None
+        group = cfg["tap_group"]
+        tl = taps[p]
+        for g0 in range(0, len(tl), 1 if cfg["depthwise"] else group):
+            if cfg["depthwise"]:
+                t, pin, offs = tl[g0]
+                prod = window(pin, offs).astype(jnp.float32) * w_ref[t].astype(jnp.float32)
+            else:
+                # taps packed along K: one dot of (rows, g*tk) x (g*tk, tn)
+                chunk = tl[g0:g0 + group]
+                xs = [window(pin, offs).reshape(rows, -1) for _, pin, offs in chunk]
+                xs = xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=-1)
+                t0 = chunk[0][0]
+                wt = w_ref[pl.ds(t0, len(chunk))]
+                wt = wt.reshape(len(chunk) * wt.shape[1], wt.shape[2])
+                if cfg["mxu_dtype"] is not None:
+                    xs, wt = xs.astype(cfg["mxu_dtype"]), wt.astype(cfg["mxu_dtype"])
+                prod = jnp.dot(xs, wt, preferred_element_type=jnp.float32)
+            acc = prod if acc is None else acc + prod
+        if acc is None:
+            return jnp.zeros((rows, tn), jnp.float32)
+        return acc.reshape(rows, tn)
+
+    def finish(acc):
+        y = acc.astype(cfg["conv_dtype"])
+        leaves = []
+        for spec, ref in zip(LEAVES, leaf_refs):
+            v = ref[...]
+            leaves.append(v.reshape(rows, v.shape[-1]) if spec["kind"] == "full" else v)
+        offsets = (pl.program_id(pos["n"]), 0, pl.program_id(pos["j"]) * tn)
+        vals = _epilogue(y, leaves, offsets, cfg["extents"])
+        si = 0
+        for o, ref, v, pplan in zip(OUTS, out_refs, vals, cfg["pools"]):
+            width = tn if o["chan"] else 1
+            v = jnp.broadcast_to(v, (rows, width)) if v.shape != (rows, width) else v
+            if pplan is None:
+                ref[...] = v.reshape(tuple(tiles) + (width,)).astype(ref.dtype)
+                continue
+            pref = scratch[si]
+            si += 1
+            v = v.reshape(tuple(tiles) + (width,))
+            for i in range(d):
+                if cfg["qp"][i] > cfg["q"][i]:
+                    base = pl.program_id(pos["s%d" % i]) * tiles[i]
+                    idx = lax.broadcasted_iota(jnp.int32, v.shape, i) + base
+                    v = jnp.where(idx < cfg["q"][i], v, -jnp.inf)
+            pref[...] = jnp.full(pref.shape, -jnp.inf, pref.dtype)
+            pref[tuple(pl.ds(pp[2], tiles[i]) for i, pp in enumerate(pplan)) + (slice(None),)] = \
+                v.astype(pref.dtype)
+            best = None
+            for k in itertools.product(*[range(pp[0]) for pp in pplan]):
+                idx = tuple(pl.ds(k[i], pp[4], stride=pp[1]) if pp[1] > 1
+                            else pl.ds(k[i], pp[4]) for i, pp in enumerate(pplan))
+                win = pref[idx + (slice(None),)]
+                best = win if best is None else jnp.maximum(best, win)
+            ref[...] = best.astype(ref.dtype)
+
+    p_id = pl.program_id(pos["p"])
+    for p in range(len(taps)):
+        def branch(p=p):
+            acc = compute(p)
+            if nk == 1:
+                finish(acc)
+                return
+
+            @pl.when(k_id == 0)
+            def _():
+                acc_ref[...] = acc
+
+            @pl.when(k_id > 0)
+            def _():
+                acc_ref[...] += acc
+
+            @pl.when(k_id == nk - 1)
+            def _():
+                finish(acc_ref[...])
+
+        if len(taps) == 1:
+            branch()
+        else:
+            pl.when(p_id == p)(branch)
+
+
+def _to_canonical(v, roles, n, spatial, c):
+    """An epilogue operand in the reference's layout as (n, spatial..., c) (broadcast)."""
+    d = len(spatial)
+    order = ["n"] + ["s%d" % i for i in range(d)] + ["c"]
+    keep = [i for i, r in enumerate(roles) if r is not None]
+    v = v.reshape(tuple(v.shape[i] for i in keep))
+    present = [roles[i] for i in keep]
+    v = jnp.transpose(v, [present.index(r) for r in order if r in present])
+    full = (n,) + tuple(spatial) + (c,)
+    return v.reshape(tuple(full[j] if order[j] in present else 1 for j in range(d + 2)))
+
+
+def _phase_major(v, ldil, q, qp):
+    """(n, spatial..., c) -> (phases, n, q..., c) padded to qp (output phase r of dim i holds
+    out[L_i * q + r_i])."""
+    d = len(ldil)
+    n, c = v.shape[0], v.shape[-1]
+    cfg = [(0, 0, 0)] + [(0, q[i] * ldil[i] - v.shape[1 + i], 0) for i in range(d)] + [(0, 0, 0)]
+    v = lax.pad(v, jnp.zeros((), v.dtype), cfg) if any(x[1] for x in cfg) else v
+    v = v.reshape((n,) + sum(((q[i], ldil[i]) for i in range(d)), ()) + (c,))
+    perm = tuple(2 + 2 * i for i in range(d)) + (0,) + tuple(1 + 2 * i for i in range(d)) \
+        + (2 * d + 1,)
+    v = v.transpose(perm).reshape((math.prod(ldil), n) + tuple(q) + (c,))
+    pad = [(0, 0, 0), (0, 0, 0)] + [(0, qp[i] - q[i], 0) for i in range(d)] + [(0, 0, 0)]
+    return lax.pad(v, jnp.zeros((), v.dtype), pad) if any(x[1] for x in pad) else v
+
+
+def _interleave(v, ldil, sizes):
+    """(phases, n, q..., c) -> (n, sizes..., c): the inverse of _phase_major."""
+    d = len(ldil)
+    p, n, c = v.shape[0], v.shape[1], v.shape[-1]
+    q = v.shape[2:-1]
+    v = v.reshape(tuple(ldil) + (n,) + tuple(q) + (c,))
+    perm = (d,) + sum(((d + 1 + i, i) for i in range(d)), ()) + (2 * d + 1,)
+    v = v.transpose(perm).reshape((n,) + tuple(q[i] * ldil[i] for i in range(d)) + (c,))
+    return v[(slice(None),) + tuple(slice(0, s) for s in sizes) + (slice(None),)]
+
+
+def _from_canonical(v, roles, dims):
+    """(n, spatial..., c) -> the reference's layout for a value with these axis roles."""
+    order = ["n"] + ["s%d" % i for i in range(dims)] + ["c"]
+    present = [r for r in roles if r is not None]
+    src = [r for r in order if r in present]
+    v = v.reshape(tuple(v.shape[j] for j, r in enumerate(order) if r in present))
+    v = jnp.transpose(v, [src.index(r) for r in present])
+    shape, it = [], iter(v.shape)
+    for r in roles:
+        shape.append(next(it) if r is not None else 1)
+    return v.reshape(tuple(shape))
+
+
+def _conv_gemm(lhs, rhs, leaves):
+    d = len(CONV["strides"])
+    ls, rs = CONV["lhs_spec"], CONV["rhs_spec"]
+    x = jnp.transpose(lhs, (ls[0],) + tuple(ls[2:]) + (ls[1],))
+    w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
+    n, spatial_in, cin = x.shape[0], x.shape[1:-1], x.shape[-1]
+    ks, cin_g, cout = w.shape[:d], w.shape[-2], w.shape[-1]
+    groups = CONV["groups"]
+    stride, ldil, rdil = CONV["strides"], CONV["lhs_dilation"], CONV["rhs_dilation"]
+    if CONV["same"]:
+        pads = [_same_pads(spatial_in[i], ks[i], stride[i], rdil[i]) for i in range(d)]
+    else:
+        pads = [tuple(p) for p in CONV["padding"]]
+    depthwise = groups > 1 and cin_g == 1
+    if groups > 1 and not depthwise:
+        w = _block_diagonal(w, groups)
+    if depthwise and cout != cin:
+        x = jnp.repeat(x, cout // cin, axis=-1)
+    transposed = any(l > 1 for l in ldil)
+    if transposed:
+        x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
+    else:
+        fold = 0 if depthwise else int(PARAMS.get("fold", 0))
+        x, w, taps, outs, lph = _plan_direct(x, w, stride, rdil, pads, fold)
+    ck = x.shape[-1]
+    p_out = len(taps)
+    q = [-(-outs[i] // lph[i]) for i in range(d)]
+
+    itemsizes = [jnp.dtype(x.dtype).itemsize] + [jnp.dtype(o["dtype"]).itemsize for o in OUTS]
+    sub = max(8, 32 // min(itemsizes + [4]))
+    # Fused pools: a dim with overlapping or padded windows is kept whole in a tile; one
+    # with disjoint windows is tiled by multiples of the stride.
+    whole, align = [False] * d, [1] * d
+    for o in OUTS:
+        if o["pool"] is not None and not transposed:
+            for i, (win, st, lo, hi) in enumerate(o["pool"]):
+                if win != st or lo or hi:
+                    whole[i] = True
+                else:
+                    align[i] = align[i] * st // math.gcd(align[i], st)
+    tiles, qp = [], []
+    for i in range(d):
+        req = int(PARAMS.get("block_s%d" % i, q[i]))
+        if i < d - 1:
+            t = _leading_tile(q[i], req, align[i]) if not whole[i] else q[i]
+            tiles.append(t)
+            qp.append(_round_up(q[i], t))
+        elif d == 1:
+            t = min(max(sub, req // sub * sub), _round_up(q[i], sub))
+            tiles.append(t)
+            qp.append(_round_up(q[i], t))
+        else:
+            tiles.append(_round_up(q[i], sub))
+            qp.append(tiles[-1])
+    ntiles = [qp[i] // tiles[i] for i in range(d)]
+    halo = [max([offs[i] for tl in taps for _, _, offs in tl] or [0]) for i in range(d)]
+    # Input windows: tile + halo; on the last (sublane) dim a multiple of the tiling.
+    window = [tiles[i] + halo[i] for i in range(d)]
+    if ntiles[d - 1] > 1:
+        window[d - 1] = _round_up(window[d - 1], sub)
+    need = [(ntiles[i] - 1) * tiles[i] + window[i] for i in range(d)]
+    have = x.shape[2:-1]
+    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0)]
+                + [(0, need[i] - have[i], 0) for i in range(d)] + [(0, 0, 0)]) \
+        if any(need[i] > have[i] for i in range(d)) else x
+    x = x[(slice(None), slice(None)) + tuple(slice(0, need[i]) for i in range(d))] \
+        if any(need[i] < have[i] for i in range(d)) else x
+
+    if depthwise:
+        tn = _lane_tile(cout, int(PARAMS.get("block_n", cout)))
+        tk, nk = tn, 1
+    else:
+        tn = _lane_tile(cout, int(PARAMS.get("block_n", cout)))
+        tk = _lane_tile(ck, int(PARAMS.get("block_k", ck)))
+        nk = ck // tk
+    if EPI_NEEDS_ALL_CHANNELS:
+        tn = cout
+    nj = cout // tn
+
+    names = ["p", "n"] + ["s%d" % i for i in range(d)] + ["j", "k"]
+    if PARAMS.get("grid_order", "spatial_outer") == "cout_outer":
+        names = ["p", "j", "n"] + ["s%d" % i for i in range(d)] + ["k"]
+    pos = {a: names.index(a) for a in names}
+    extent = dict(p=p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(d)})
+    grid = tuple(extent[a] for a in names)
+
+    def sp(g):
+        return tuple(g[pos["s%d" % i]] for i in range(d))
+
+    def x_map(*g):
+        chan = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
+        return (g[pos["n"]], 0) + tuple(s * tiles[i] for i, s in enumerate(sp(g))) + (chan,)
+
+    x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
+                          + tuple(pl.Element(window[i]) for i in range(d))
+                          + (pl.Element(tk),), x_map)
+    if depthwise:
+        w_spec = pl.BlockSpec((None, w.shape[1], 1, tn),
+                              lambda *g: (g[pos["p"]], 0, 0, g[pos["j"]]))
+    else:
+        w_spec = pl.BlockSpec((None, w.shape[1], tk, tn),
+                              lambda *g: (g[pos["p"]], 0, g[pos["k"]], g[pos["j"]]))
+
+    full_shape = tuple(outs)
+    in_specs, leaf_arrays = [x_spec, w_spec], []
+    for spec, v in zip(LEAVES, leaves):
+        width = cout if "c" in spec["roles"] else 1
+        canon = _to_canonical(v, spec["roles"], n, full_shape, cout)
+        lw = tn if width > 1 else 1
+        if spec["kind"] == "row":
+            arr = canon.reshape(1, width)
+            bs = pl.BlockSpec((1, lw), (lambda *g: (0, g[pos["j"]])) if width > 1
+                              else (lambda *g: (0, 0)))
+        elif spec["kind"] == "nrow":
+            arr = jnp.broadcast_to(canon.reshape(canon.shape[0], 1, width), (n, 1, width))
+            bs = pl.BlockSpec((None, 1, lw), (lambda *g: (g[pos["n"]], 0, g[pos["j"]]))
+                              if width > 1 else (lambda *g: (g[pos["n"]], 0, 0)))
+        else:
+            arr = jnp.broadcast_to(canon, (n,) + full_shape + (width,))
+            arr = _phase_major(arr, lph, q, qp)
+            bs = pl.BlockSpec((None, None) + tuple(tiles) + (lw,),
+                              (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (g[pos["j"]],))
+                              if width > 1 else
+                              (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (0,)))
+        leaf_arrays.append(arr)
+        in_specs.append(bs)
+
+    out_shapes, out_specs, pools, scratch = [], [], [], []
+    if nk > 1:
+        scratch.append(pltpu.VMEM((math.prod(tiles), tn), jnp.float32))
+    pool_scratch = []
+    for o in OUTS:
+        width = cout if o["chan"] else 1
+        lw = tn if o["chan"] else 1
+        pplan = None
+        if o["pool"] is not None and not transposed:
+            pplan = _pool_plan(o["pool"], tiles, q, qp, sub, ntiles)
+        pools.append(pplan)
+        if pplan is None:
+            ext, blk = tuple(qp), tuple(tiles)
+        else:
+            ext = tuple(ntiles[i] * pp[5] for i, pp in enumerate(pplan))
+            blk = tuple(pp[5] for pp in pplan)
+            pool_scratch.append(pltpu.VMEM(tuple(pp[6] for pp in pplan) + (lw,), jnp.float32))
+        out_shapes.append(jax.ShapeDtypeStruct((p_out, n) + ext + (width,), o["dtype"]))
+        out_specs.append(pl.BlockSpec(
+            (None, None) + blk + (lw,),
+            (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (g[pos["j"]],)) if o["chan"]
+            else (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (0,))))
+    scratch += pool_scratch
+
+    mxu = None
+    if PARAMS.get("mxu_bf16", False) and jnp.dtype(x.dtype) == jnp.float32:
+        mxu = jnp.bfloat16
+    group = max(1, int(PARAMS.get("tap_group", 1)))
+    cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
+               tap_group=group,
+               mxu_dtype=mxu, conv_dtype=jnp.dtype(CONV["out_dtype"]), pools=pools, q=q, qp=qp,
+               extents=(n, math.prod(outs), cout))
+    semantics = tuple("arbitrary" if a == "k" else "parallel" for a in names)
+    taps_total = sum(len(tl) for tl in taps)
+    macs = n * math.prod(qp) * taps_total * (cout if depthwise else ck * cout)
+    bytes_accessed = x.size * x.dtype.itemsize * (1 if depthwise else nj) \
+        + w.size * w.dtype.itemsize + sum(math.prod(s.shape) * jnp.dtype(s.dtype).itemsize
+                                          for s in out_shapes)
+    results = pl.pallas_call(
+        functools.partial(_kernel, cfg=cfg),
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shapes,
+        scratch_shapes=scratch,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=semantics,
+            vmem_limit_bytes=int(PARAMS.get("vmem_limit_bytes", 32 * 1024 * 1024))),
+        cost_estimate=pl.CostEstimate(flops=int(2 * macs), transcendentals=0,
+                                      bytes_accessed=int(bytes_accessed)),
+    )(x, w, *leaf_arrays)
+
+    finals = []
+    for o, r, pplan in zip(OUTS, results, pools):
+        if pplan is None:
+            v = r[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
+            v = _interleave(v, lph, outs) if transposed else v[0]
+            if o["pool"] is not None:
+                v = _pool_outside(v, o["pool"])
+        else:
+            v = r[0][(slice(None),) + tuple(slice(0, pp[7]) for pp in pplan)]
+        finals.append(_from_canonical(v, o["roles"], d))
+    return finals
+
+
+def _pool_outside(v, pool):
+    """The max pool on (n, spatial..., c) when it could not be fused into the kernel tile."""
+    init = jnp.array(-jnp.inf, v.dtype)
+    win = (1,) + tuple(p[0] for p in pool) + (1,)
+    st = (1,) + tuple(p[1] for p in pool) + (1,)
+    pad = ((0, 0),) + tuple((p[2], p[3]) for p in pool) + ((0, 0),)
+    return lax.reduce_window(v, init, lax.max, win, st, pad)
+
+
+def workload({{args}}):
+{{prologue}}
+    outs = _conv_gemm(lhs, rhs, leaves)
+{{tail}}
+    return {{result}}
