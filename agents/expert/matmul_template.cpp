@@ -189,22 +189,51 @@ public:
       space[2].factors.push_back(rshape[static_cast<size_t>(d)]);
       space[2].factor_exprs.push_back(fmt::format("{}.shape[{}]", rname, d));
     }
-    block_request req;
-    req.space = space;
-    req.name = "epilogue";
-    req.stream_axis = 2;
-    for (int id : dots) {
-      block_seed s;
-      s.value = {value_ref::kind::node, id, ""};
-      if (!map_dims_to_factors(g.shape(s.value), space, s.dims))
-        return std::nullopt;
-      req.seeds.push_back(s);
-    }
-    for (unsigned k = 0; k < g.output_count(); ++k)
-      req.outputs.push_back(g.output(k));
+    auto program = [&](const std::vector<space_axis>& sp, block_program& prog) {
+      block_request req;
+      req.space = sp;
+      req.name = "epilogue";
+      req.stream_axis = sp.size() == 3 ? 2 : -1;
+      for (int id : dots) {
+        block_seed s;
+        s.value = {value_ref::kind::node, id, ""};
+        if (!map_dims_to_factors(g.shape(s.value), sp, s.dims))
+          return false;
+        req.seeds.push_back(s);
+      }
+      for (unsigned k = 0; k < g.output_count(); ++k)
+        req.outputs.push_back(g.output(k));
+      return build_block_program(g, req, prog, why);
+    };
     block_program prog;
-    if (!build_block_program(g, req, prog, why))
-      return std::nullopt;  // an epilogue the generator cannot express (why says what)
+    // Axis presence for the kernel's BlockSpecs (batch, M, N); with N split, N is present
+    // when its inner part is (the outer part is the block index).
+    bool n_split = false;
+    if (!program(space, prog)) {
+      // Reductions over the last rhs free dim alone (a norm per head of "mk,khd->mhd"): split
+      // N into an outer part on the grid (one per block) and an inner part a block spans.
+      if (space[2].factors.size() < 2)
+        return std::nullopt;  // an epilogue the generator cannot express (why says what)
+      std::vector<space_axis> split(4);
+      split[0] = space[0];
+      split[1] = space[1];
+      split[2].squeezed = true;
+      split[2].factors.assign(space[2].factors.begin(), space[2].factors.end() - 1);
+      split[2].factor_exprs.assign(space[2].factor_exprs.begin(), space[2].factor_exprs.end() - 1);
+      split[3].factors = {space[2].factors.back()};
+      split[3].factor_exprs = {space[2].factor_exprs.back()};
+      why.clear();
+      if (!program(split, prog) || !prog.reduced[3])
+        return std::nullopt;
+      n_split = true;
+      space = split;
+    }
+    auto pres3 = [&](const std::vector<bool>& p, bool& ok) {
+      if (!n_split)
+        return std::vector<bool>{p[0], p[1], p[2]};
+      ok = ok && (p[3] || !p[2]);  // a per-group value without the inner part: no BlockSpec
+      return std::vector<bool>{p[0], p[1], p[3]};
+    };
     for (auto& o : prog.outputs)
       if (!o.present[0] && space[0].extent() > 1)
         return std::nullopt;
@@ -274,33 +303,52 @@ public:
         extra_bytes.push_back(0);
         continue;
       }
-      extras.push_back({op.present[0], op.present[1], op.present[2]});
-      extra_exprs.push_back(fmt::format("jnp.reshape({}, {})", nm, op.space_shape));
+      bool ok = true;
+      auto pr = pres3(op.present, ok);
+      if (!ok)
+        return std::nullopt;
+      extras.push_back(pr);
+      std::string shape = op.space_shape;
+      if (n_split)  // (B, M, outer, inner) -> (B, M, outer * inner) or (B, M, inner)
+        shape = fmt::format("({}, {}, {})", pr[0] ? space[0].extent_expr() : "1",
+                            pr[1] ? space[1].extent_expr() : "1",
+                            op.present[2] ? "N" : op.present[3] ? space[3].extent_expr() : "1");
+      extra_exprs.push_back(fmt::format("jnp.reshape({}, {})", nm, shape));
+      if (n_split && !op.present[2] && op.present[3])
+        extras.back().push_back("inner");  // one block along N for every column block
       extra_bytes.push_back(dtype_bytes(op.dtype));
-      if (op.present[1])
-        need(am, op.present[2] ? sublane_align(op.dtype) : sublane_align(op.dtype));
-      if (op.present[2])
+      if (pr[1])
+        need(am, sublane_align(op.dtype));
+      if (pr[2])
         need(an, 128);
     }
     json outputs = json::array();
     std::string result;
     for (size_t k = 0; k < prog.outputs.size(); ++k) {
       auto& o = prog.outputs[k];
-      outputs.push_back({{o.present[0], o.present[1], o.present[2]}, o.dtype});
-      if (o.present[1])
+      bool ok = true;
+      auto pr = pres3(o.present, ok);
+      if (!ok || (n_split && o.present[3] && !o.present[2]))
+        return std::nullopt;
+      outputs.push_back({pr, o.dtype});
+      if (pr[1])
         need(am, sublane_align(o.dtype));
-      if (o.present[2])
+      if (pr[2])
         need(an, 128);
       result += (k ? ", " : "") + fmt::format("outs[{}].reshape({})", k, o.ref_shape);
     }
     result = prog.outputs.size() == 1 ? "    return " + result
                                       : "    return (" + result + ")";
-    std::string mode = prog.reduced[2] ? (prog.streamable ? "stream" : "row") : "tile";
+    std::string mode = n_split        ? "group"
+                       : prog.reduced[2] ? (prog.streamable ? "stream" : "row")
+                                         : "tile";
     bool full_m = prog.reduced[1];
 
     // Wrapper: sizes, canonical operands, extras.
     std::vector<std::string> bexprs = space[0].factor_exprs, mexprs = space[1].factor_exprs,
                              nexprs = space[2].factor_exprs;
+    if (n_split)
+      nexprs.push_back(space[3].factor_exprs[0]);
     std::string kexpr = fmt::format("{}.shape[{}]", lname, lhs[0].k);
     std::string prep = fmt::format("    B, M, N, K = {}, {}, {}, {}\n", product_expr(bexprs),
                                    product_expr(mexprs), product_expr(nexprs), kexpr);
@@ -312,7 +360,9 @@ public:
                                              : "(B, N, K)";
       prep += fmt::format("        jnp.reshape({}, {}),\n", sig.input(m.input), shape);
     }
-    prep += "    ]\n    extras = [\n";
+    prep += "    ]\n";
+    prep += "    NI = " + (n_split ? space[3].extent_expr() : std::string("None")) + "\n";
+    prep += "    extras = [\n";
     for (auto& e : extra_exprs)
       prep += "        " + e.get<std::string>() + ",\n";
     prep += "    ]";
@@ -336,7 +386,8 @@ public:
       prims += (prims.empty() ? "" : " ") + p;
     tm.summary = fmt::format(
         "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}", dots.size(),
-        space[0].extent(), space[1].extent(), space[2].extent(), k0, lhs[0].layout,
+        space[0].extent(), space[1].extent(),
+        space[2].extent() * (n_split ? space[3].extent() : 1), k0, lhs[0].layout,
         rhs[0].layout, ", " + eltype, prims.empty() ? "none" : prims, mode,
         full_m ? ", whole columns of M per block" : "");
     json config = {{"mode", mode},
@@ -359,7 +410,8 @@ public:
                 {"prep", prep},
                 {"result", result},
                 {"sizes", {{"B", space[0].extent()}, {"M", space[1].extent()},
-                           {"N", space[2].extent()}, {"K", k0}}},
+                           {"N", space[2].extent() * (n_split ? space[3].extent() : 1)},
+                           {"NI", n_split ? space[3].extent() : 0}, {"K", k0}}},
                 {"mat_dtypes", mat_dtypes},
                 {"extra_bytes", extra_bytes},
                 {"refusal_stream", prog.stream_refusal}};
@@ -380,7 +432,9 @@ public:
     };
     blocks b;
     b.bm = c["full_m"].get<bool>() ? M : effective_block(M, c["align"][0], get("block_m", 512));
-    b.bn = c["mode"] == "row" ? N : effective_block(N, c["align"][1], get("block_n", 512));
+    b.bn = c["mode"] == "row"     ? N
+           : c["mode"] == "group" ? s["NI"].get<int64_t>()
+                                  : effective_block(N, c["align"][1], get("block_n", 512));
     b.bk = effective_block(K, c["align"][2], get("block_k", 512));
     return b;
   }
@@ -480,7 +534,7 @@ public:
     double best_cost = 0;
     for (const auto& order : orders)
       for (int64_t bm : ms)
-        for (int64_t bn : (mode == "row" ? std::vector<int64_t>{512} : ns))
+        for (int64_t bn : (mode == "row" || mode == "group" ? std::vector<int64_t>{512} : ns))
           for (int64_t bk : ks) {
             json p = {{"block_m", bm}, {"block_n", bn}, {"block_k", bk}};
             if (mode == "tile")
@@ -514,7 +568,7 @@ public:
     if (!c["full_m"].get<bool>())
       ts.push_back({"block_m", tunable::kind::block, s["M"], c["align"][0], 1, 0, false, {},
                     "rows of the output per block"});
-    if (mode != "row")
+    if (mode != "row" && mode != "group")
       ts.push_back({"block_n", tunable::kind::block, s["N"], c["align"][1], 2, 0,
                     mode == "stream", {},
                     mode == "stream" ? "columns per block (row statistics carried across)"

@@ -12,7 +12,9 @@ PARAMS = {{params}}
 # its canonical (batch, rows, cols) form and the casts done on its blocks, the extra operands'
 # presence along (batch, M, N) (None: a scalar in SMEM), the outputs' presence and dtypes, the
 # epilogue mode (tile: elementwise only; row: a block holds whole rows of N; stream: row
-# statistics accumulated across N blocks), and the alignment of (M, N, K) blocks.
+# statistics accumulated across N blocks; group: a block holds one group of NI columns, the
+# epilogue reducing within groups), and the alignment of (M, N, K) blocks. An extra marked
+# "inner" spans one group and is the same block for every column block.
 CFG = {{config}}
 
 
@@ -39,11 +41,16 @@ def _cast(x, chain):
     return x
 
 
-def _matmul(mats, extras, B, M, N, K):
+def _matmul(mats, extras, B, M, N, K, NI=None):
     mode = CFG["mode"]
     am, an, ak = CFG["align"]
     bm = M if CFG["full_m"] else _fit(M, int(PARAMS["block_m"]), am)
-    bn = N if mode == "row" else _fit(N, int(PARAMS["block_n"]), an)
+    if mode == "row":
+        bn = N
+    elif mode == "group":
+        bn = NI
+    else:
+        bn = _fit(N, int(PARAMS["block_n"]), an)
     bk = _fit(K, int(PARAMS["block_k"]), ak)
     nm, nn, nk = M // bm, N // bn, K // bk
     n_major = mode == "tile" and PARAMS.get("grid_order", "m_major") == "n_major"
@@ -56,8 +63,9 @@ def _matmul(mats, extras, B, M, N, K):
 
     def space_spec(pres):
         shape = (None, bm if pres[1] else 1, bn if pres[2] else 1)
+        inner = len(pres) > 3  # one group, whichever column block
         return spec(shape, lambda b, i, j, k: (b if pres[0] else 0, i if pres[1] else 0,
-                                               j if pres[2] else 0))
+                                               j if pres[2] and not inner else 0))
 
     mat_blocks = {
         "mk": ((None, bm, bk), lambda b, i, j, k: (b, i, k)),
@@ -116,8 +124,12 @@ def _matmul(mats, extras, B, M, N, K):
             return [r[0] if pres is None else r[...]
                     for r, pres in zip(extra_refs, CFG["extras"])]
 
-        offsets = (b, i * bm, j * bn)
-        extents = (B, M, N)
+        if mode == "group":
+            offsets = (b, i * bm, j, 0)
+            extents = (B, M, N // NI, NI)
+        else:
+            offsets = (b, i * bm, j * bn)
+            extents = (B, M, N)
 
         def store(outs):
             for o, v in zip(out_refs, outs):
@@ -169,5 +181,5 @@ def _matmul(mats, extras, B, M, N, K):
 
 def workload({{args}}):
 {{prep}}
-    outs = _matmul(mats, extras, B, M, N, K)
+    outs = _matmul(mats, extras, B, M, N, K, NI)
 {{result}}

@@ -1,0 +1,201 @@
+"""The matmul and rowwise templates of the expert brain end to end: small native specs whose
+references spell a matmul with an epilogue in different ways (einsum, @, jnp.dot,
+lax.dot_general with a transposed weight or a transposed lhs, int8 weights cast before the
+dot, batch dims, bias + gelu + row softmax, cross-entropy against labels) and row-wise
+chains (layernorm with weight and bias, log-softmax) go through the built `maxkernel
+template`, and the rendered kernel through `maxkernel check` (lowered for TPU, tested in
+interpret mode against the reference). References the generator cannot express are refused."""
+import json
+import os
+import pathlib
+import subprocess
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
+
+
+def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
+    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
+    lines += [f"  - {i}" for i in inputs]
+    lines.append("reference: |")
+    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
+    lines.append(f"tolerance: {tolerance}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(*args, timeout=600):
+    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def template_and_check(tmp_path, spec, family, params=None):
+    kernel = tmp_path / "kernel.py"
+    args = ["template", spec, "--name", family, "--out", kernel, "--json", "-"]
+    if params:
+        args += ["--params", json.dumps(params)]
+    t = run(*args)
+    assert t.returncode == 0, t.stderr
+    matched = json.loads(t.stdout)
+    assert matched["template"] == family, matched
+    source = kernel.read_text()
+    assert source.startswith(f"# maxkernel expert template: {family}")
+    c = run("check", spec, kernel, "--json", "-")
+    result = json.loads(c.stdout)
+    phases = {p["phase"]: p for p in result["phases"]}
+    assert c.returncode == 0, (phases, source)
+    assert result["correct"] is True
+    return matched, result, source
+
+
+def summary(matched, family):
+    return next(m["summary"] for m in matched["matches"] if m["template"] == family)
+
+
+XW = ["{name: x, shape: [M, K], dtype: bfloat16}", "{name: w, shape: [K, N], dtype: bfloat16}"]
+
+
+def test_einsum_bias_gelu_row_softmax(tmp_path):
+    spec = write_spec(tmp_path, "einsum_softmax", "{M: 64, K: 256, N: 256}",
+                      XW + ["{name: b, shape: [N], dtype: bfloat16}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jnp.einsum("mk,kn->mn", x, w, preferred_element_type=jnp.float32)
+            y = jax.nn.gelu(y + b.astype(jnp.float32), approximate=False)
+            return jax.nn.softmax(y, axis=-1).astype(x.dtype)
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 32, "block_k": 128, "block_n": 128})
+    # the softmax needs whole rows: N is not tiled, K is
+    assert "in row mode" in summary(matched, "matmul")
+    assert "jax.lax.erf(" in source
+
+
+def test_transposed_weight_residual_relu_n_major(tmp_path):
+    spec = write_spec(tmp_path, "at_wt", "{M: 128, K: 256, N: 256}",
+                      ["{name: x, shape: [M, K], dtype: bfloat16}",
+                       "{name: w, shape: [N, K], dtype: bfloat16}",
+                       "{name: r, shape: [M, N], dtype: bfloat16}"], """
+        import jax.numpy as jnp
+
+        def reference(x, w, r):
+            y = (x @ w.T).astype(jnp.float32) + r.astype(jnp.float32)
+            return jnp.maximum(y, 0.0).astype(jnp.bfloat16)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "matmul",
+                                       {"block_m": 64, "block_n": 128, "block_k": 128,
+                                        "grid_order": "n_major"})
+    assert "(mk nk" in summary(matched, "matmul") and "tile mode" in summary(matched, "matmul")
+
+
+def test_dot_general_transposed_lhs_int8_weight_scales(tmp_path):
+    spec = write_spec(tmp_path, "int8_t", "{M: 64, K: 256, N: 256}",
+                      ["{name: xt, shape: [K, M], dtype: bfloat16}",
+                       "{name: wq, shape: [K, N], dtype: int8, generator: {randint: {low: -100, high: 100}}}",
+                       "{name: scale, shape: [N], dtype: float32, generator: {uniform: {low: 0.001, high: 0.01}}}"],
+                      """
+        import jax, jax.numpy as jnp
+
+        def reference(xt, wq, scale):
+            y = jax.lax.dot_general(xt, wq.astype(jnp.bfloat16), (((0,), (0,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+            return (y * scale[None, :]).astype(jnp.bfloat16)
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 64, "block_n": 128, "block_k": 128})
+    assert "(km kn" in summary(matched, "matmul")
+    assert '"casts":[[],["bfloat16"]]' in source
+
+
+def test_batched_einsum_with_scalar_scale(tmp_path):
+    spec = write_spec(tmp_path, "bmm", "{B: 2, M: 64, K: 128, N: 256}",
+                      ["{name: a, shape: [B, M, K], dtype: float32}",
+                       "{name: b, shape: [B, K, N], dtype: float32}",
+                       "{name: alpha, shape: [], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(a, b, alpha):
+            return jnp.tanh(jnp.einsum("bmk,bkn->bmn", a, b) * alpha)
+        """)
+    matched, result, _ = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 32, "block_n": 128, "block_k": 128})
+    assert "B=2" in summary(matched, "matmul")
+
+
+def test_cross_entropy_streams_over_the_vocabulary(tmp_path):
+    spec = write_spec(tmp_path, "ce", "{M: 64, K: 128, N: 512}",
+                      ["{name: h, shape: [M, K], dtype: bfloat16}",
+                       "{name: w, shape: [K, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+                       """{name: labels, shape: [M], dtype: int32, structural: true, generator: {code: "def generate(rng, shape, dtype, dims):\\n    return rng.integers(0, dims['N'], size=shape).astype(dtype)\\n"}}"""],
+                      """
+        import jax, jax.numpy as jnp
+
+        def reference(h, w, labels):
+            logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
+            lse = jax.nn.logsumexp(logits, axis=-1)
+            return lse - jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 32, "block_n": 128, "block_k": 128})
+    assert "in stream mode" in summary(matched, "matmul")
+    assert "def epilogue_step(" in source
+
+
+def test_rowwise_layernorm_weight_bias(tmp_path):
+    spec = write_spec(tmp_path, "ln", "{B: 2, S: 32, D: 256}",
+                      ["{name: x, shape: [B, S, D], dtype: bfloat16}",
+                       "{name: g, shape: [D], dtype: float32}",
+                       "{name: beta, shape: [D], dtype: float32}",
+                       "{name: eps, static: 1.0e-5}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, g, beta, eps):
+            x = x.astype(jnp.float32)
+            mu = x.mean(-1, keepdims=True)
+            var = jnp.var(x, axis=-1, keepdims=True)
+            return ((x - mu) * jax.lax.rsqrt(var + eps) * g + beta).astype(jnp.bfloat16)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "rowwise", {"block_rows": 16})
+    assert "row mode" in summary(matched, "rowwise")
+
+
+def test_rowwise_log_softmax_streams_when_only_statistics(tmp_path):
+    spec = write_spec(tmp_path, "lse_rows", "{R: 64, V: 1024}",
+                      ["{name: z, shape: [R, V], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(z):
+            return jax.scipy.special.logsumexp(z / 2.0, axis=-1)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "rowwise",
+                                       {"block_rows": 32, "block_d": 256})
+    assert "stream mode" in summary(matched, "rowwise")
+
+
+def test_refuses_what_the_generator_cannot_express(tmp_path):
+    cumsum = write_spec(tmp_path, "cumsum_mm", "{M: 64, K: 128, N: 256}", XW, """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            return jnp.cumsum(x @ w, axis=-1)
+        """)
+    grouped = write_spec(tmp_path, "grouped_mm", "{M: 64, K: 128, N: 256}", XW, """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            y = (x @ w).astype(jnp.float32)
+            g = y.reshape(y.shape[0], 4, -1)
+            return (g - g.mean(-1, keepdims=True)).reshape(y.shape)
+        """)
+    for spec in (cumsum, grouped):
+        t = run("template", spec, "--json", "-")
+        families = [m["template"] for m in json.loads(t.stdout).get("matches", [])] \
+            if t.stdout.strip() else []
+        assert "matmul" not in families and "rowwise" not in families, (spec, t.stdout)
