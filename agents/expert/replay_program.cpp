@@ -252,7 +252,33 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
     std::string e;
 
     if (req.block_mode) {
-      if (block_unary().count(p) && a.size() == 1) {
+      // A narrow float result is rounded after every op, and logistic is expanded the way
+      // XLA's CPU backend evaluates it in that type (exp, 1 + _, 1 / _, each rounded): the
+      // reference's values, not merely f32 ones (XLA's bf16 sigmoid differs from a correctly
+      // rounded one on a third of its inputs).
+      bool narrow = is_float(out_dtype) && out_dtype != "float32" && out_dtype != "float64";
+      auto round = [&](const std::string& x) {
+        return narrow ? fmt::format("({}).astype({}).astype(jnp.float32)", x, py_dtype(out_dtype))
+                      : x;
+      };
+      if (narrow && p == "logistic" && a.size() == 1) {
+        e = round("1.0 / " + round("1.0 + " + round(fmt::format("jnp.exp(-{})", a[0]))));
+      } else if (narrow && p == "integer_pow" && a.size() == 1) {
+        // jax lowers x ** y by binary exponentiation over rounded products
+        int y = params.value("y", 1);
+        bool reciprocal = y < 0;
+        y = std::abs(y);
+        std::string acc, base = a[0];
+        for (; y > 0; y >>= 1) {
+          if (y & 1)
+            acc = acc.empty() ? base : round(fmt::format("{} * {}", acc, base));
+          if (y > 1)
+            base = round(fmt::format("{} * {}", base, base));
+        }
+        if (acc.empty())
+          acc = "jnp.ones_like(" + a[0] + ")";
+        e = reciprocal ? round("1.0 / " + acc) : acc;
+      } else if (block_unary().count(p) && a.size() == 1) {
         e = fmt::format(fmt::runtime(block_unary().at(p)), a[0]);
       } else if (block_binary().count(p) && a.size() == 2) {
         e = fmt::format(fmt::runtime(block_binary().at(p)), a[0], a[1]);
@@ -287,6 +313,8 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
         reason = fmt::format("node {} ({}) is not elementwise: it cannot run on kernel blocks", n, p);
         return false;
       }
+      if (narrow && p != "logistic" && p != "integer_pow" && p != "convert_element_type")
+        e = round(e);
       out.lines.push_back(fmt::format("{} = {}", res, e));
       out.nodes.push_back(n);
       out.primitives.insert(p);

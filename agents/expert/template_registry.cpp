@@ -7,6 +7,7 @@ namespace maxkernel::agents::expert {
 // Each family's factory (defined in its own file, agents/expert/<family>_template.cpp).
 // Add a family: declare its factory here and list it in all_templates().
 template_ptr make_grouped_matmul_template();
+template_ptr make_swiglu_mlp_template();
 template_ptr make_matmul_backward_template();
 template_ptr make_attention_backward_template();
 template_ptr make_chunked_recurrence_template();
@@ -19,6 +20,7 @@ const std::vector<template_ptr>& all_templates() {
   static const std::vector<template_ptr> templates = [] {
     std::vector<template_ptr> t;
     t.push_back(make_grouped_matmul_template());
+    t.push_back(make_swiglu_mlp_template());
     t.push_back(make_matmul_backward_template());
     t.push_back(make_attention_backward_template());
     t.push_back(make_chunked_recurrence_template());

@@ -48,9 +48,11 @@ def _gmm_plan(group_sizes, m, bm):
             stop[-1:].astype(jnp.int32), steps)
 
 
-def _gmm_kernel(offsets, group, tile, nvalid, x_ref, *refs, nw, bm, dims, epilogue, precision,
-                compute_dtype):
-    w_refs, o_ref, accs = refs[:nw], refs[nw], refs[nw + 1:]
+def _gmm_kernel(offsets, group, tile, nvalid, x_ref, *refs, nw, ne, bm, bn, m, n, dims,
+                epilogue, precision, compute_dtype):
+    w_refs, e_refs = refs[:nw], refs[nw:nw + ne]
+    o_ref, accs = refs[nw + ne], refs[nw + ne + 1:]
+    j = pl.program_id(0)
     s = pl.program_id(1)
     kk = pl.program_id(2)
     g = group[s]
@@ -76,17 +78,18 @@ def _gmm_kernel(offsets, group, tile, nvalid, x_ref, *refs, nw, bm, dims, epilog
         # the first visit of a row tile starts from zeros (rows in no group stay zero)
         fresh = (s == 0) | (tile[jnp.maximum(s - 1, 0)] != t)
         before = jnp.where(fresh, jnp.zeros(o_ref.shape, o_ref.dtype), o_ref[...])
-        value = epilogue(*[acc[...] for acc in accs]).astype(o_ref.dtype)
-        o_ref[...] = jnp.where(inside, value, before)
+        value = epilogue([acc[...] for acc in accs], [e[...] for e in e_refs], (t * bm, j * bn),
+                         (m, n))
+        o_ref[...] = jnp.where(inside, value.astype(o_ref.dtype), before)
 
 
-def _gmm(x, weights, group_sizes, *, n, epilogue, out_dtype):
-    """epilogue(x @ weights[0][g], x @ weights[1][g], ...) for the rows of each group g.
-    weights: (w, transposed, column offset): w [G, K, N'] (transposed: [G, N', K]); the
-    output's columns [0, n) read w's columns [offset, offset + n)."""
+def _gmm(x, weights, group_sizes, *, n, epilogue, out_dtype, extras=()):
+    """epilogue([x @ weights[0][g], x @ weights[1][g], ...], extra blocks, offsets, extents)
+    for the rows of each group g. weights: (w, transposed, column offset): w [G, K, N']
+    (transposed: [G, N', K]); the output's columns [0, n) read w's columns [offset, offset +
+    n). extras: arrays of shape (m or 1, n or 1) the epilogue reads blockwise."""
     m, k = x.shape
-    groups = group_sizes.shape[0]
-    compute_dtype = jnp.promote_types(x.dtype, weights[0][0].dtype)
+    compute_dtype = x.dtype
     for w, _, _ in weights:
         compute_dtype = jnp.promote_types(compute_dtype, w.dtype)
     bm = _block(BLOCK_M, m, _sublanes(x.dtype))
@@ -105,15 +108,22 @@ def _gmm(x, weights, group_sizes, *, n, epilogue, out_dtype):
             in_specs.append(pl.BlockSpec((None, bk, bn),
                                          lambda j, s, kk, o, g, t, v, ob=ob: (g[s], kk, j + ob)))
             dims.append((((1,), (0,)), ((), ())))
+    for e in extras:
+        rows, cols = e.shape[0] != 1 or m == 1, e.shape[1] != 1 or n == 1
+        in_specs.append(pl.BlockSpec(
+            (bm if rows else 1, bn if cols else 1),
+            lambda j, s, kk, o, g, t, v, rows=rows, cols=cols: (t[s] if rows else 0,
+                                                                j if cols else 0)))
     precision = lax.Precision.HIGHEST if compute_dtype == jnp.float32 else None
     nw = len(weights)
     flops = 2 * m * k * n * nw
     bytes_accessed = (x.size * x.dtype.itemsize * (n // bn)
                       + sum(w.size * w.dtype.itemsize for w, _, _ in weights)
+                      + sum(e.size * e.dtype.itemsize for e in extras)
                       + m * n * jnp.dtype(out_dtype).itemsize)
     return pl.pallas_call(
-        functools.partial(_gmm_kernel, nw=nw, bm=bm, dims=dims, epilogue=epilogue,
-                          precision=precision, compute_dtype=compute_dtype),
+        functools.partial(_gmm_kernel, nw=nw, ne=len(extras), bm=bm, bn=bn, m=m, n=n, dims=dims,
+                          epilogue=epilogue, precision=precision, compute_dtype=compute_dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
             grid=(n // bn, steps, k // bk),
@@ -127,18 +137,20 @@ def _gmm(x, weights, group_sizes, *, n, epilogue, out_dtype):
             vmem_limit_bytes=VMEM_LIMIT_BYTES),
         cost_estimate=pl.CostEstimate(flops=flops, transcendentals=0,
                                       bytes_accessed=bytes_accessed),
-    )(offsets, group, tile, nvalid, x, *[w for w, _, _ in weights])
+    )(offsets, group, tile, nvalid, x, *[w for w, _, _ in weights], *extras)
 
 
-def _gmm_by_ids(x, weights, ids, groups, *, n, epilogue, out_dtype):
+def _gmm_by_ids(x, weights, ids, groups, *, n, epilogue, out_dtype, extras=()):
     """The rows of x in any order, row r multiplied by group ids[r]: sort the rows by group
     (stable), run the grouped kernel, put the rows back. Ids outside [0, groups) give zeros."""
+    m = x.shape[0]
     ids = ids.astype(jnp.int32)
     ids = jnp.where((ids >= 0) & (ids < groups), ids, groups)  # out of range: sorted last
     order = jnp.argsort(ids, stable=True)
     sizes = jnp.sum(ids[None, :] == jnp.arange(groups, dtype=jnp.int32)[:, None], axis=1,
                     dtype=jnp.int32)
+    extras = [jnp.take(e, order, axis=0) if e.shape[0] == m and m != 1 else e for e in extras]
     y = _gmm(jnp.take(x, order, axis=0), weights, sizes, n=n, epilogue=epilogue,
-             out_dtype=out_dtype)
+             out_dtype=out_dtype, extras=extras)
     return jnp.zeros_like(y).at[order].set(y)
 # ---- end of grouped matmul core ----
