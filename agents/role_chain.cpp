@@ -28,6 +28,8 @@ result run(const std::vector<std::shared_ptr<Brain>>& chain, const payload& requ
     return make_error(error_code::malformed_message, std::string(what) + ": " + err);
   if (chain.empty())
     return make_error(error_code::bad_input, std::string(what) + ": no brain configured");
+  // The full walk passed when it was decoded; brains read the analysis many times over.
+  msg->allow_rereading();
   try {
     auto req = msg->template root<Request>();
     capnp::MallocMessageBuilder usage_msg;

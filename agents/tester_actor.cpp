@@ -27,6 +27,7 @@ caf::result<payload> answer(const payload& request, const char* what, Brain brai
   auto msg = messages::open_payload<Request>(request, err);
   if (!msg)
     return make_error(error_code::malformed_message, std::string(what) + ": " + err);
+  msg->allow_rereading();  // walked whole when decoded; the rules read the spec many times
   try {
     capnp::MallocMessageBuilder out;
     if (!brain(msg->template root<Request>(), out.initRoot<Answer>(), err))
