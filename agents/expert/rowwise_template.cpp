@@ -230,7 +230,9 @@ public:
   json initial_params(const template_match& m, const config::chip& chip) const override {
     const auto& c = m.facts["config"];
     std::string mode = c["mode"];
-    json p = {{"block_rows", 512}, {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
+    json p = {{"block_rows", 512},
+              {"dimension_semantics", "parallel"},
+              {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
     if (mode != "row")
       p["block_d"] = 2048;
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes) * 3 / 4;
@@ -267,6 +269,9 @@ public:
                     mode == "stream", {},
                     mode == "stream" ? "row elements per block (statistics carried across)"
                                      : "row elements per block"});
+    ts.push_back({"dimension_semantics", tunable::kind::choice, 0, 1, -1, 0, false,
+                  {"parallel", "arbitrary"},
+                  "row blocks split across megacore TensorCores (parallel) or run in order"});
     ts.push_back({"vmem_limit_bytes", tunable::kind::choice, 0, 1, -1, 0, false, {},
                   "scoped VMEM limit"});
     return ts;
@@ -283,6 +288,11 @@ public:
         error = std::string("param ") + k + " must be a positive integer";
         return false;
       }
+    if (params.contains("dimension_semantics") && params["dimension_semantics"] != "parallel" &&
+        params["dimension_semantics"] != "arbitrary") {
+      error = "param dimension_semantics must be parallel or arbitrary";
+      return false;
+    }
     if (!params.contains("vmem_limit_bytes") || !params["vmem_limit_bytes"].is_number() ||
         params["vmem_limit_bytes"].get<double>() <= 0) {
       error = "param vmem_limit_bytes must be a positive number";

@@ -91,7 +91,8 @@ def _rowwise(seeds, extras, R, D):
             store(rows_final([s[...] for s in stat_refs], extra_values(), offsets, extents,
                              (br, 1)))
 
-    semantics = ("parallel", "arbitrary") if mode == "stream" else ("parallel", "parallel")
+    rows_axis = PARAMS.get("dimension_semantics", "parallel")
+    semantics = (rows_axis, "arbitrary") if mode == "stream" else (rows_axis, "parallel")
     in_bytes = sum(x.size * x.dtype.itemsize for x in list(seeds) + list(extras))
     out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
     cost = pl.CostEstimate(flops=R * D * CFG["flops_per_element"],
