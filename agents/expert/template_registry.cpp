@@ -8,6 +8,7 @@ namespace maxkernel::agents::expert {
 // Add a family: declare its factory here and list it in all_templates().
 template_ptr make_grouped_matmul_template();
 template_ptr make_swiglu_mlp_template();
+template_ptr make_moe_ffn_template();
 template_ptr make_matmul_backward_template();
 template_ptr make_attention_backward_template();
 template_ptr make_chunked_recurrence_template();
@@ -21,6 +22,7 @@ const std::vector<template_ptr>& all_templates() {
     std::vector<template_ptr> t;
     t.push_back(make_grouped_matmul_template());
     t.push_back(make_swiglu_mlp_template());
+    t.push_back(make_moe_ffn_template());
     t.push_back(make_matmul_backward_template());
     t.push_back(make_attention_backward_template());
     t.push_back(make_chunked_recurrence_template());
