@@ -367,11 +367,20 @@ public:
       prep += "        " + e.get<std::string>() + ",\n";
     prep += "    ]";
 
-    json mat_layouts = json::array(), casts = json::array(), mat_dtypes = json::array();
+    // fp8 x fp8 dots run as bf16 (exact, every chip) or natively on chips with fp8 MXUs.
+    bool fp8 = true;
+    for (size_t d = 0; d < dots.size(); ++d)
+      fp8 = fp8 && lhs[d].operand_dtype.rfind("float8", 0) == 0 &&
+            rhs[d].operand_dtype.rfind("float8", 0) == 0;
+    json mat_layouts = json::array(), casts = json::array(), mat_dtypes = json::array(),
+         native_casts = json::array();
     for (auto& m : mats) {
       mat_layouts.push_back(m.layout);
       casts.push_back(m.casts);
       mat_dtypes.push_back(m.dtype);
+      bool plain = m.dtype.rfind("float8", 0) == 0 && m.casts.size() == 1 &&
+                   m.casts[0] == "bfloat16";
+      native_casts.push_back(plain ? std::vector<std::string>{} : m.casts);
     }
     json stream_accs = json::array();
     if (mode == "stream")
@@ -396,6 +405,8 @@ public:
                    {"dots", dot_list},
                    {"mat_layouts", mat_layouts},
                    {"casts", casts},
+                   {"fp8", fp8},
+                   {"native_casts", native_casts},
                    {"extras", extras},
                    {"outputs", outputs},
                    {"acc_dtype", int_dot ? "int32" : "float32"},
@@ -469,12 +480,13 @@ public:
     // The dot's result before it is added and the epilogue's temporaries: two f32 tiles;
     // blocks cast before the dot (int8 / fp8 weights) take a converted copy.
     int64_t temps = 2 * tile_bytes(b.bm, b.bn, "float32");
+    const auto& casts = params.value("fp8_mxu", "") == "native" ? c["native_casts"] : c["casts"];
     for (size_t i = 0; i < layouts.size(); ++i)
-      if (!c["casts"][i].empty()) {
+      if (!casts[i].empty()) {
         std::string l = layouts[i];
         int64_t rows = l[0] == 'm' ? b.bm : l[0] == 'n' ? b.bn : b.bk;
         int64_t cols = l[1] == 'm' ? b.bm : l[1] == 'n' ? b.bn : b.bk;
-        temps += tile_bytes(rows, cols, c["casts"][i].back());
+        temps += tile_bytes(rows, cols, casts[i].back());
       }
     return 2 * io + acc + stats + temps;
   }
@@ -553,6 +565,8 @@ public:
         best["grid_order"] = "m_major";
     }
     int64_t need = vmem_bytes(m, best);
+    if (c["fp8"].get<bool>())
+      best["fp8_mxu"] = chip.fp8_flops > 0 ? "native" : "bf16";
     best["vmem_limit_bytes"] =
         need > scoped * 3 / 4
             ? std::min<int64_t>(physical * 7 / 8, round_up(need * 5 / 4, int64_t{1} << 20))
@@ -579,6 +593,9 @@ public:
       ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                     {"m_major", "n_major"},
                     "row blocks outside (rhs re-read per row block) or inside (lhs re-read)"});
+    if (c["fp8"].get<bool>())
+      ts.push_back({"fp8_mxu", tunable::kind::choice, 0, 1, -1, 0, false, {"native", "bf16"},
+                    "fp8 blocks fed to the MXU as they are, or converted to bf16 (exact)"});
     ts.push_back({"vmem_limit_bytes", tunable::kind::choice, 0, 1, -1, 0, false, {},
                   "scoped VMEM limit"});
     return ts;
@@ -594,6 +611,11 @@ public:
     if (params.contains("grid_order") && params["grid_order"] != "m_major" &&
         params["grid_order"] != "n_major") {
       error = "param grid_order must be m_major or n_major";
+      return false;
+    }
+    if (params.contains("fp8_mxu") && params["fp8_mxu"] != "native" &&
+        params["fp8_mxu"] != "bf16") {
+      error = "param fp8_mxu must be native or bf16";
       return false;
     }
     if (!params.contains("vmem_limit_bytes") || !params["vmem_limit_bytes"].is_number() ||

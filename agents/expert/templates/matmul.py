@@ -84,6 +84,7 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             (B if pres[0] else 1, M if pres[1] else 1, N if pres[2] else 1), jnp.dtype(dt)))
 
     dots = CFG["dots"]
+    casts = CFG["native_casts"] if PARAMS.get("fp8_mxu") == "native" else CFG["casts"]
     acc_dtype = jnp.dtype(CFG["acc_dtype"])
     nmats, nextra, nout = len(mats), len(extras), len(out_shape)
     scratch = [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
@@ -106,8 +107,8 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
                 acc[...] = jnp.zeros(acc.shape, acc.dtype)
 
         for (li, ri, _), acc in zip(dots, acc_refs):
-            lhs = _cast(mat_refs[li][...], CFG["casts"][li])
-            rhs = _cast(mat_refs[ri][...], CFG["casts"][ri])
+            lhs = _cast(mat_refs[li][...], casts[li])
+            rhs = _cast(mat_refs[ri][...], casts[ri])
             lc = 1 if CFG["mat_layouts"][li] == "mk" else 0
             rc = 0 if CFG["mat_layouts"][ri] == "kn" else 1
             acc[...] += jax.lax.dot_general(lhs, rhs, (((lc,), (rc,)), ((), ())),
