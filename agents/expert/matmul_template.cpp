@@ -63,18 +63,87 @@ struct mat_operand {
 struct dot_side {
   int input = -1;
   std::string layout;
-  std::vector<int> batch, free;     // source dims
-  int k = -1;
+  std::vector<int> batch, free, k;  // source dims of each role, in order
   double scale = 1.0;
   std::string source_dtype, narrowest, operand_dtype;
 };
 
+// Where a dot operand's dims come from: per dim, the run of dims of a graph input it merges,
+// through casts, transposes, scalar factors and reshapes that merge whole dims
+// (x.reshape(-1, k) @ w, einsum's transposes, w.T, w.astype(bf16) * s).
+struct view_trace {
+  value_ref source;
+  std::vector<std::vector<int>> dims;
+  double scale = 1.0;
+  std::string narrowest;
+};
+
+bool trace_view(const graph_view& g, value_ref v, view_trace& out) {
+  auto rank = g.shape(v).size();
+  out.dims.assign(rank, {});
+  for (size_t d = 0; d < rank; ++d)
+    out.dims[d] = {static_cast<int>(d)};
+  out.narrowest = g.dtype(v);
+  for (int guard = 0; guard < 16; ++guard) {
+    auto t = trace_operand(g, v);
+    out.scale *= t.scale;
+    if (is_float_dtype(t.narrowest) &&
+        (!is_float_dtype(out.narrowest) || dtype_bytes(t.narrowest) < dtype_bytes(out.narrowest)))
+      out.narrowest = t.narrowest;
+    for (auto& run : out.dims)
+      for (auto& d : run)
+        d = t.dims[static_cast<size_t>(d)];
+    v = t.source;
+    if (v.is_input()) {
+      out.source = v;
+      return true;
+    }
+    if (!v.is_node() || g.primitive(v.id) != "reshape")
+      return false;
+    // A reshape that merges whole dims: each of its dims is a run of its operand's dims.
+    auto to = g.shape(v);
+    auto in_ref = g.operand(v.id, 0);
+    auto from = g.shape(in_ref);
+    std::vector<std::vector<int>> groups(to.size());
+    size_t i = 0;
+    for (size_t o = 0; o < to.size(); ++o) {
+      int64_t prod = 1;
+      while (i < from.size() && (prod < to[o] || (to[o] == 1 && from[i] == 1 && prod == 1 &&
+                                                  groups[o].empty()))) {
+        prod *= from[i];
+        groups[o].push_back(static_cast<int>(i++));
+      }
+      if (prod != to[o])
+        return false;  // splits a dim
+    }
+    while (i < from.size())
+      if (from[i++] != 1)
+        return false;
+    for (auto& run : out.dims) {
+      std::vector<int> merged;
+      for (int d : run)
+        for (int x : groups[static_cast<size_t>(d)])
+          merged.push_back(x);
+      run = merged;
+    }
+    v = in_ref;
+  }
+  return false;
+}
+
+bool contiguous(const std::vector<int>& run) {
+  for (size_t i = 1; i < run.size(); ++i)
+    if (run[i] != run[i - 1] + 1)
+      return false;
+  return true;
+}
+
 // Reads one side of a dot: its source input, where batch / free / contracting dims sit.
 bool read_side(const graph_view& g, int dot, unsigned which, const std::vector<int>& batch,
                int contracting, dot_side& side, std::string& why) {
-  auto t = trace_operand(g, g.operand(dot, which));
-  if (!t.source.is_input()) {
-    why = "a dot operand is not a graph input behind casts and transposes";
+  view_trace t;
+  if (!trace_view(g, g.operand(dot, which), t)) {
+    why = "a dot operand is not a graph input behind casts, transposes and merging reshapes";
     return false;
   }
   side.input = t.source.id;
@@ -82,27 +151,31 @@ bool read_side(const graph_view& g, int dot, unsigned which, const std::vector<i
   side.source_dtype = g.dtype(t.source);
   side.narrowest = t.narrowest;
   side.operand_dtype = g.dtype(g.operand(dot, which));
-  auto rank = static_cast<int>(t.dims.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (t.dims[static_cast<size_t>(batch[i])] != static_cast<int>(i)) {
+  auto rank = static_cast<int>(g.shape(t.source).size());
+  for (int b : batch)
+    for (int d : t.dims[static_cast<size_t>(b)])
+      side.batch.push_back(d);
+  side.k = t.dims[static_cast<size_t>(contracting)];
+  auto oprank = static_cast<int>(t.dims.size());
+  for (int d = 0; d < oprank; ++d)
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() && d != contracting)
+      for (int x : t.dims[static_cast<size_t>(d)])
+        side.free.push_back(x);
+  int nb = static_cast<int>(side.batch.size());
+  for (int i = 0; i < nb; ++i)
+    if (side.batch[static_cast<size_t>(i)] != i) {
       why = "batch dims are not the leading dims of a dot operand";
       return false;
     }
-    side.batch.push_back(static_cast<int>(i));
+  if (side.k.empty() || !contiguous(side.k) || !contiguous(side.free)) {
+    why = "the free or contracted dims of a dot operand are not contiguous in its input";
+    return false;
   }
-  side.k = t.dims[static_cast<size_t>(contracting)];
-  for (int d = 0; d < rank; ++d)
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() && d != contracting)
-      side.free.push_back(t.dims[static_cast<size_t>(d)]);
-  int nb = static_cast<int>(batch.size());
-  // Free dims consecutive in the source, with K right after the batch dims or last.
-  for (size_t i = 1; i < side.free.size(); ++i)
-    if (side.free[i] != side.free[i - 1] + 1) {
-      why = "the free dims of a dot operand are not contiguous in its input";
-      return false;
-    }
-  bool k_last = side.k == rank - 1 && (side.free.empty() || side.free[0] == nb);
-  bool k_first = side.k == nb && (side.free.empty() || side.free[0] == nb + 1);
+  // Free dims then K last, or K right after the batch dims then the free dims.
+  bool k_last = side.k.back() == rank - 1 && (side.free.empty() || side.free[0] == nb) &&
+                side.k.front() == nb + static_cast<int>(side.free.size());
+  bool k_first = side.k.front() == nb && (side.free.empty() || side.free.back() == rank - 1) &&
+                 nb + static_cast<int>(side.k.size() + side.free.size()) == rank;
   if (which == 0)
     side.layout = k_last ? "mk" : k_first ? "km" : "";
   else
@@ -349,7 +422,10 @@ public:
                              nexprs = space[2].factor_exprs;
     if (n_split)
       nexprs.push_back(space[3].factor_exprs[0]);
-    std::string kexpr = fmt::format("{}.shape[{}]", lname, lhs[0].k);
+    std::vector<std::string> kexprs;
+    for (int d : lhs[0].k)
+      kexprs.push_back(fmt::format("{}.shape[{}]", lname, d));
+    std::string kexpr = product_expr(kexprs);
     std::string prep = fmt::format("    B, M, N, K = {}, {}, {}, {}\n", product_expr(bexprs),
                                    product_expr(mexprs), product_expr(nexprs), kexpr);
     prep += "    mats = [\n";

@@ -78,20 +78,23 @@ def test_einsum_bias_gelu_row_softmax(tmp_path):
     assert "jax.lax.erf(" in source
 
 
-def test_transposed_weight_residual_relu_n_major(tmp_path):
-    spec = write_spec(tmp_path, "at_wt", "{M: 128, K: 256, N: 256}",
-                      ["{name: x, shape: [M, K], dtype: bfloat16}",
+def test_reshaped_activations_transposed_weight_residual_relu_n_major(tmp_path):
+    spec = write_spec(tmp_path, "at_wt", "{B: 2, S: 64, K: 256, N: 256}",
+                      ["{name: x, shape: [B, S, K], dtype: bfloat16}",
                        "{name: w, shape: [N, K], dtype: bfloat16}",
-                       "{name: r, shape: [M, N], dtype: bfloat16}"], """
+                       "{name: r, shape: [B, S, N], dtype: bfloat16}"], """
         import jax.numpy as jnp
 
         def reference(x, w, r):
-            y = (x @ w.T).astype(jnp.float32) + r.astype(jnp.float32)
-            return jnp.maximum(y, 0.0).astype(jnp.bfloat16)
+            b, s, k = x.shape
+            y = (x.reshape(-1, k) @ w.T).astype(jnp.float32).reshape(b, s, -1)
+            return jnp.maximum(y + r.astype(jnp.float32), 0.0).astype(jnp.bfloat16)
         """)
     matched, _, _ = template_and_check(tmp_path, spec, "matmul",
                                        {"block_m": 64, "block_n": 128, "block_k": 128,
                                         "grid_order": "n_major"})
+    # rows are B*S, the weight is read transposed in place
+    assert "M=128" in summary(matched, "matmul")
     assert "(mk nk" in summary(matched, "matmul") and "tile mode" in summary(matched, "matmul")
 
 
