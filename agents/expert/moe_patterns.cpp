@@ -117,26 +117,38 @@ std::optional<one_hot> match_one_hot(const graph_view& g, value_ref v) {
   for (int side = 0; side < 2; ++side) {
     auto io = g.operand(eq.id, side);
     auto other = g.operand(eq.id, 1 - side);
-    // the iota side, maybe broadcast
+    // the iota side, maybe broadcast: track where the iota's axes land in the eq operand
     auto it = io;
     std::vector<int> io_nodes;
+    auto io_shape = g.shape(io);
+    std::vector<int64_t> axis_map(io_shape.size());
+    for (size_t a = 0; a < axis_map.size(); ++a)
+      axis_map[a] = static_cast<int64_t>(a);
     while (it.is_node() && (g.primitive(it.id) == "broadcast_in_dim" ||
                             g.primitive(it.id) == "convert_element_type")) {
+      if (g.primitive(it.id) == "broadcast_in_dim") {
+        auto bd = ints(g.params(it.id), "broadcast_dimensions");
+        std::vector<int64_t> next;
+        for (auto b : bd)
+          next.push_back(b < static_cast<int64_t>(axis_map.size()) ? axis_map[b] : -1);
+        axis_map = next;
+      }
       io_nodes.push_back(it.id);
       it = g.operand(it.id, 0);
     }
-    if (!it.is_node() || g.primitive(it.id) != "iota")
+    if (!it.is_node() || g.primitive(it.id) != "iota" || io_shape.size() != shape.size())
       continue;
     auto ishape = g.shape(it);
-    if (ishape.size() != shape.size())
+    int dim = g.params(it.id).value("dimension", -1);
+    if (dim < 0 || static_cast<size_t>(dim) >= ishape.size() || axis_map.size() != ishape.size())
       continue;
-    int axis = g.params(it.id).value("dimension", -1);
-    if (axis < 0 || static_cast<size_t>(axis) >= shape.size() || ishape[axis] != shape[axis])
+    int axis = static_cast<int>(axis_map[dim]);
+    if (axis < 0 || static_cast<size_t>(axis) >= shape.size() || io_shape[axis] != shape[axis])
       continue;
-    // every other dim of the iota is a unit dim
+    // the iota side varies along the class axis only
     bool units = true;
-    for (size_t a = 0; a < ishape.size(); ++a)
-      units = units && (static_cast<int>(a) == axis || ishape[a] == 1);
+    for (size_t a = 0; a < io_shape.size(); ++a)
+      units = units && (static_cast<int>(a) == axis || io_shape[a] == 1);
     auto oshape = g.shape(other);
     if (!units || oshape.size() != shape.size() || oshape[axis] != 1)
       continue;
