@@ -74,7 +74,8 @@ public:
       bool ok = true;
       for (unsigned o = 0; o < 3 && ok; ++o) {
         auto t = trace_operand(g, g.output(o));
-        if (!t.source.is_node() || g.primitive(t.source.id) != "dot_general") {
+        if (!t.source.is_node() || g.primitive(t.source.id) != "dot_general" ||
+            g.in_loop(t.source.id)) {
           ok = false;
           break;
         }

@@ -9,7 +9,8 @@
 //   depends on every input.
 // The kernel is the chunked scan (chunk axis last, state in VMEM scratch); the chunk length
 // is a free parameter, since the recurrence's result does not depend on it.
-// Refused: inputs that are computed before use (softplus(dt + bias), A = -exp(A_log)), more
+// Refused: lax.scan / while forms (the analyze summary lists a loop body once, without its
+// carried state, so the recurrence cannot be checked), inputs that are computed before use (softplus(dt + bias), A = -exp(A_log)), more
 // than one B/C group, extra inputs, layouts the broadcasts do not pin down.
 #include "agents/expert/block_size.hpp"
 #include "agents/expert/kernel_template.hpp"
@@ -97,6 +98,11 @@ public:
                                       schema::KernelSpec::Reader spec) const override {
     if (g.output_count() != 1 || g.input_count() > 64)
       return std::nullopt;
+    // A scan/while over time is summarised as one pass of its body, without the state it
+    // carries: the recurrence cannot be verified, so it is refused.
+    for (unsigned i = 0; i < g.size(); ++i)
+      if (g.in_loop(static_cast<int>(i)))
+        return std::nullopt;
     std::vector<int> r1, r3, r4;
     for (unsigned k = 0; k < g.input_count(); ++k) {
       auto s = g.shape(input_ref(static_cast<int>(k)));

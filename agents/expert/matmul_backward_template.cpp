@@ -50,6 +50,10 @@ bool as_gemm(const graph_view& g, const value_ref& out, gemm& r, std::string& wh
     return false;
   }
   int dot = ot.source.id;
+  if (g.in_loop(dot)) {
+    why = "a matmul inside a loop body";
+    return false;
+  }
   const auto& p = g.params(dot);
   auto lc = p.value("lhs_contracting", std::vector<int>{});
   auto rc = p.value("rhs_contracting", std::vector<int>{});

@@ -1,5 +1,6 @@
 #include "agents/expert/operand_trace.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -40,6 +41,30 @@ std::optional<double> scalar_value(const graph_view& graph, const value_ref& v) 
   if (!v.is_node())
     return std::nullopt;
   auto p = graph.primitive(v.id);
+  // arithmetic on scalars alone (jnp.sqrt(128.0), 1 / x, head_dim ** -0.5 traced as ops)
+  if (graph.shape(v).empty() && graph.operand_count(v.id) >= 1 && graph.operand_count(v.id) <= 2) {
+    auto a = scalar_value(graph, graph.operand(v.id, 0));
+    std::optional<double> b;
+    if (graph.operand_count(v.id) == 2)
+      b = scalar_value(graph, graph.operand(v.id, 1));
+    if (a && graph.operand_count(v.id) == 1) {
+      if (p == "sqrt") return std::sqrt(*a);
+      if (p == "rsqrt") return 1.0 / std::sqrt(*a);
+      if (p == "exp") return std::exp(*a);
+      if (p == "log") return std::log(*a);
+      if (p == "neg") return -*a;
+      if (p == "integer_pow") return std::pow(*a, graph.params(v.id).value("y", 1));
+    }
+    if (a && b) {
+      if (p == "mul") return *a * *b;
+      if (p == "div") return *a / *b;
+      if (p == "add") return *a + *b;
+      if (p == "sub") return *a - *b;
+      if (p == "pow") return std::pow(*a, *b);
+      if (p == "max") return std::max(*a, *b);
+      if (p == "min") return std::min(*a, *b);
+    }
+  }
   if ((p == "broadcast_in_dim" || p == "convert_element_type" || p == "reshape" ||
        p == "copy") &&
       graph.operand_count(v.id) >= 1) {

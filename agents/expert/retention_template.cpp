@@ -140,6 +140,8 @@ public:
     if (!ot.source.is_node() || g.primitive(ot.source.id) != "dot_general")
       return std::nullopt;
     int d2 = ot.source.id;
+    if (g.in_loop(d2))
+      return std::nullopt;
     // W . v: one side an input (v), the other computed from a q . k dot.
     const auto& dn2 = g.params(d2);
     auto lc2 = dn2.value("lhs_contracting", std::vector<int>{});
@@ -148,10 +150,20 @@ public:
     auto rb2 = dn2.value("rhs_batch", std::vector<int>{});
     if (lc2.size() != 1 || rc2.size() != 1)
       return std::nullopt;
-    auto t0 = trace_operand(g, g.operand(d2, 0)), t1 = trace_operand(g, g.operand(d2, 1));
-    if (!t1.source.is_input() || !t0.source.is_node())
-      return std::nullopt;  // weights on the left, v on the right (as einsum/@ write it)
-    auto w_val = g.operand(d2, 0);
+    // W on either side (einsum picks the operand order): w_side is W's, the other is v.
+    int w_side = -1;
+    operand_trace side_t[2] = {trace_operand(g, g.operand(d2, 0)), trace_operand(g, g.operand(d2, 1))};
+    for (int sd = 0; sd < 2; ++sd)
+      if (side_t[1 - sd].source.is_input() && side_t[sd].source.is_node() && w_side < 0)
+        w_side = sd;
+    if (w_side < 0)
+      return std::nullopt;
+    auto t1 = side_t[1 - w_side];
+    auto w_val = g.operand(d2, static_cast<unsigned>(w_side));
+    if (w_side == 1) {  // read the dims as if W were the lhs
+      std::swap(lc2, rc2);
+      std::swap(lb2, rb2);
+    }
     // The q . k dot: the only dot_general W depends on.
     int d1 = -1;
     for (int d : g.find("dot_general"))
@@ -160,7 +172,7 @@ public:
           return std::nullopt;
         d1 = d;
       }
-    if (d1 < 0)
+    if (d1 < 0 || g.in_loop(d1))
       return std::nullopt;
     qk_layout lay;
     operand_trace tq, tk;
@@ -379,7 +391,13 @@ public:
     bool causal = zero_above_diagonal(g, x_val, sshape) && zero_preserving_stat(g, r_val, x_val);
     // The output: the kernel writes [batch..., n, dv]; the reference reads D2's result
     // through ot.dims.
+    // kernel dims (batch..., n, dv) -> D2's result dims: (batch..., n, dv) with W on the left,
+    // (batch..., dv, n) with W on the right
     std::vector<int> out_perm = ot.dims;
+    if (w_side == 1)
+      for (auto& d : out_perm)
+        d = d == static_cast<int>(nb) ? static_cast<int>(nb + 1)
+            : d == static_cast<int>(nb + 1) ? static_cast<int>(nb) : d;
     std::vector<int> vperm = qperm;  // v in q's layout (checked above)
     nlohmann::json extras = nlohmann::json::array();
     nlohmann::json layouts = nlohmann::json::array();
@@ -402,6 +420,7 @@ public:
                {"depth", qshape[static_cast<size_t>(lay.depth)]},
                {"dv", g.shape(t1.source)[static_cast<size_t>(lay.depth)]},
                {"row_scale", row_scale}, {"causal", causal}, {"out_scale", w_core.scale * ot.scale},
+               {"qk_scale", tq.scale * tk.scale},
                {"seed_code", seed_code}, {"weights_code", p1.code}, {"stat_code", p2.stream_code},
                {"seed_present", seed_present}, {"extras", extras}, {"extra_layouts", layouts},
                {"acc_dtypes", p2.accumulator_dtypes}, {"out_dtype", g.dtype(g.output(0))},
@@ -497,6 +516,7 @@ public:
     nlohmann::json py = params;
     py["qk_dtype"] = m.facts["qk_dtype"];
     py["out_scale"] = m.facts["out_scale"];
+    py["qk_scale"] = m.facts["qk_scale"];
     return fill_template("retention.py",
                          {{"header", header_comment(name(), m.summary, params.dump())},
                           {"params", python_literal(py)},

@@ -73,6 +73,8 @@ def _kernel(*refs, num_seeds, num_extras, num_accs, bq, bk, extents, qk, pv):
     def _step():
         s = jax.lax.dot_general(q_ref[...].astype(qk), k_ref[...].astype(qk),
                                 (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        if PARAMS["qk_scale"] != 1.0:   # factors the reference puts on q or k
+            s = s * PARAMS["qk_scale"]
         seeds = [s] + [r[...] for r in seed_refs]
         extras = [r[...] for r in extra_refs]
         w = weights(seeds, extras, offsets, extents)[0]
