@@ -643,6 +643,7 @@ public:
     int64_t need = vmem_bytes(m, best);
     if (c["fp8"].get<bool>())
       best["fp8_mxu"] = chip.fp8_flops > 0 ? "native" : "bf16";
+    best["dimension_semantics"] = "parallel";
     best["vmem_limit_bytes"] =
         need > scoped * 3 / 4
             ? std::min<int64_t>(physical * 7 / 8, round_up(need * 5 / 4, int64_t{1} << 20))
@@ -669,6 +670,9 @@ public:
       ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                     {"m_major", "n_major"},
                     "row blocks outside (rhs re-read per row block) or inside (lhs re-read)"});
+    ts.push_back({"dimension_semantics", tunable::kind::choice, 0, 1, -1, 0, false,
+                  {"parallel", "arbitrary"},
+                  "output blocks split across megacore TensorCores (parallel) or run in order"});
     if (c["fp8"].get<bool>())
       ts.push_back({"fp8_mxu", tunable::kind::choice, 0, 1, -1, 0, false, {"native", "bf16"},
                     "fp8 blocks fed to the MXU as they are, or converted to bf16 (exact)"});
@@ -687,6 +691,11 @@ public:
     if (params.contains("grid_order") && params["grid_order"] != "m_major" &&
         params["grid_order"] != "n_major") {
       error = "param grid_order must be m_major or n_major";
+      return false;
+    }
+    if (params.contains("dimension_semantics") && params["dimension_semantics"] != "parallel" &&
+        params["dimension_semantics"] != "arbitrary") {
+      error = "param dimension_semantics must be parallel or arbitrary";
       return false;
     }
     if (params.contains("fp8_mxu") && params["fp8_mxu"] != "native" &&

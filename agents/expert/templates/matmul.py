@@ -157,10 +157,11 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
                 store(epilogue_final([s[...] for s in stat_refs], extra_values(), offsets,
                                      extents, (bm, 1)))
 
+    par = PARAMS.get("dimension_semantics", "parallel")
     if mode == "stream":
-        semantics = ("parallel", "parallel", "arbitrary", "arbitrary")
+        semantics = (par, par, "arbitrary", "arbitrary")
     else:
-        semantics = ("parallel", "parallel", "parallel", "arbitrary")
+        semantics = (par, par, par, "arbitrary")
     in_bytes = sum(x.size * x.dtype.itemsize for x in list(mats) + list(extras))
     out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
     cost = pl.CostEstimate(flops=2 * B * M * N * K * len(dots),

@@ -48,16 +48,20 @@ def residual_per_row_scalar(x, w, res, row_scale, s):
     return (y * row_scale[:, None] + res.astype(f32)) * s, jnp.max(y, axis=1)
 
 
+# Sizes big enough that the templates have blocks to choose (and children to propose).
 CASES = {
     "matmul_bias_gelu_softmax": (matmul_bias_gelu_softmax,
-                                 [S((16, 32), bf16), S((32, 256), bf16), S((256,), bf16)], ()),
-    "rmsnorm_3d": (rmsnorm_3d, [S((2, 8, 128), bf16), S((128,), bf16), 1e-6], (2,)),
-    "cross_entropy": (cross_entropy, [S((16, 32), bf16), S((32, 512), bf16), S((16,), i32)], ()),
-    "groupnorm_after_matmul": (groupnorm_after_matmul, [S((16, 32), f32), S((32, 256), f32)], ()),
-    "cumsum_after_matmul": (cumsum_after_matmul, [S((16, 32), f32), S((32, 256), f32)], ()),
+                                 [S((512, 1024), bf16), S((1024, 2048), bf16), S((2048,), bf16)],
+                                 ()),
+    "rmsnorm_3d": (rmsnorm_3d, [S((4, 256, 512), bf16), S((512,), bf16), 1e-6], (2,)),
+    "cross_entropy": (cross_entropy,
+                      [S((512, 1024), bf16), S((1024, 4096), bf16), S((512,), i32)], ()),
+    "groupnorm_after_matmul": (groupnorm_after_matmul,
+                               [S((512, 1024), f32), S((1024, 2048), f32)], ()),
+    "cumsum_after_matmul": (cumsum_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "residual_per_row_scalar": (residual_per_row_scalar,
-                                [S((16, 32), bf16), S((256, 32), bf16), S((16, 256), bf16),
-                                 S((16,), f32), S((), f32)], ()),
+                                [S((512, 1024), bf16), S((2048, 1024), bf16),
+                                 S((512, 2048), bf16), S((512,), f32), S((), f32)], ()),
 }
 
 if __name__ == "__main__":
