@@ -6,7 +6,10 @@
 //  - gathered weights: dot_general of x [M, K] with W[ids] (a gather of W's expert axis by a
 //    per-row id, or a one-hot of ids contracted with W), batched over the rows;
 //  - one-hot combine: the dense product of x with every expert, x @ W -> [M, G, N],
-//    contracted (or multiplied and summed) with one_hot(ids) over G.
+//    contracted (or multiplied and summed) with one_hot(ids) over G;
+//  - a segment loop unrolled in Python: sum over g of where(mask_g, x @ W[g], 0), the masks
+//    computed from the group sizes alone (a lax.fori_loop is not recognised: its body is a
+//    loop in the summary and cannot be replayed).
 // Per-row ids are sorted in the module (argsort, XLA) and the rows put back after the kernel;
 // ids computed in a loop from group sizes alone are read as the sorted layout. Everything
 // else the reference does (computing ids, casts, light routing work) is replayed from the
@@ -258,6 +261,126 @@ std::optional<grouped_op> match_onehot_combine(const graph_view& g, int id) {
   return std::nullopt;
 }
 
+// A segment loop unrolled in Python: out = sum over g of where(mask_g, x @ W[g], 0) (or
+// mask_g * (x @ W[g])), every expert g once, the masks computed from one integer vector of G
+// sizes and nothing else: read as the sorted layout, rows [offset_g, offset_g + sizes[g]).
+std::optional<grouped_op> match_segment_loop(const graph_view& g, int id) {
+  if (g.primitive(id) != "add" && g.primitive(id) != "add_any")
+    return std::nullopt;
+  for (int c : g.consumers(id))
+    if (g.primitive(c) == "add" || g.primitive(c) == "add_any")
+      return std::nullopt;  // not the top of the sum
+  // the sum's terms
+  std::vector<value_ref> terms;
+  std::vector<int> stack{id};
+  while (!stack.empty()) {
+    int n = stack.back();
+    stack.pop_back();
+    for (unsigned k = 0; k < 2; ++k) {
+      auto v = g.operand(n, k);
+      if (v.is_node() && (g.primitive(v.id) == "add" || g.primitive(v.id) == "add_any") &&
+          g.consumers(v.id).size() == 1)
+        stack.push_back(v.id);
+      else
+        terms.push_back(v);
+    }
+  }
+  auto out_shape = g.shape(node_ref(id));
+  if (out_shape.size() != 2)
+    return std::nullopt;
+  grouped_op op;
+  op.kind = "segment loop over the experts";
+  op.out_node = id;
+  std::set<int64_t> seen;
+  std::set<int> mask_inputs;
+  for (const auto& t : terms) {
+    if (!t.is_node())
+      return std::nullopt;
+    auto p = g.primitive(t.id);
+    if (p == "broadcast_in_dim" || p == "convert_element_type") {
+      // the zeros the sum starts from
+      auto v = t;
+      while (v.is_node() && (g.primitive(v.id) == "broadcast_in_dim" ||
+                             g.primitive(v.id) == "convert_element_type"))
+        v = g.operand(v.id, 0);
+      if (!v.is_literal() || (v.literal != "0.0" && v.literal != "0"))
+        return std::nullopt;
+      continue;
+    }
+    value_ref dot, mask;
+    if (p == "select_n" && g.operand_count(t.id) == 3) {
+      auto zero = g.operand(t.id, 1);
+      while (zero.is_node() && (g.primitive(zero.id) == "broadcast_in_dim" ||
+                                g.primitive(zero.id) == "convert_element_type"))
+        zero = g.operand(zero.id, 0);
+      if (!zero.is_literal() || (zero.literal != "0.0" && zero.literal != "0"))
+        return std::nullopt;
+      mask = g.operand(t.id, 0);
+      dot = g.operand(t.id, 2);
+    } else if (p == "mul") {
+      for (int side = 0; side < 2; ++side) {
+        auto d = g.operand(t.id, side);
+        if (d.is_node() && g.primitive(d.id) == "dot_general") {
+          dot = d;
+          mask = g.operand(t.id, 1 - side);
+        }
+      }
+    }
+    if (!dot.is_node() || g.primitive(dot.id) != "dot_general" || !mask.is_node())
+      return std::nullopt;
+    // the dot: x [M, K] . W[g] [K, N] (or [N, K])
+    const auto& dp = g.params(dot.id);
+    if (!ints(dp, "lhs_batch").empty() || ints(dp, "lhs_contracting") != std::vector<int64_t>{1})
+      return std::nullopt;
+    auto x = skip_widening(g, g.operand(dot.id, 0));
+    auto wg = skip_widening(g, g.operand(dot.id, 1));
+    auto rc = ints(dp, "rhs_contracting");
+    // W[g]: squeeze(slice(W, g:g+1)) along W's first axis
+    if (!wg.is_node() || g.primitive(wg.id) != "squeeze" || rc.size() != 1)
+      return std::nullopt;
+    auto sl = g.operand(wg.id, 0);
+    if (!sl.is_node() || g.primitive(sl.id) != "slice")
+      return std::nullopt;
+    auto w = g.operand(sl.id, 0);
+    auto ws = g.shape(w);
+    auto lo = ints(g.params(sl.id), "start_indices"), hi = ints(g.params(sl.id), "limit_indices");
+    if (ws.size() != 3 || lo.size() != 3 || hi.size() != 3 || hi[0] != lo[0] + 1 || lo[1] != 0 ||
+        lo[2] != 0 || hi[1] != ws[1] || hi[2] != ws[2])
+      return std::nullopt;
+    bool transposed = rc[0] == 1;
+    if (op.lhs.what == value_ref::kind::unknown) {
+      op.lhs = x;
+      op.rhs = w;
+      op.transposed = transposed;
+    } else if (x.what != op.lhs.what || x.id != op.lhs.id || w.what != op.rhs.what ||
+               w.id != op.rhs.id || transposed != op.transposed) {
+      return std::nullopt;
+    }
+    if (!seen.insert(lo[0]).second)
+      return std::nullopt;
+    for (int in : inputs_reached(g, mask))
+      mask_inputs.insert(in);
+  }
+  auto xs = g.shape(op.lhs), ws = g.shape(op.rhs);
+  if (xs.size() != 2 || ws.size() != 3 || static_cast<int64_t>(seen.size()) != ws[0] ||
+      mask_inputs.size() != 1)
+    return std::nullopt;
+  op.m = xs[0];
+  op.k = xs[1];
+  op.g = ws[0];
+  op.rhs_n_axis = op.transposed ? 1 : 2;
+  op.n = ws[op.rhs_n_axis];
+  if (out_shape != std::vector<int64_t>{op.m, op.n} || ws[op.transposed ? 2 : 1] != op.k)
+    return std::nullopt;
+  int in = *mask_inputs.begin();
+  auto t = g.input_type(in);
+  std::string dtype = t.getDtype().cStr();
+  if (to_vector(t.getShape()) != std::vector<int64_t>{op.g} || dtype.find("int") == std::string::npos)
+    return std::nullopt;
+  op.groups = value_ref{value_ref::kind::input, in, ""};
+  return op;
+}
+
 // Ids computed (in a loop: searchsorted) from one integer vector of G sizes and nothing else:
 // read as the sorted layout, rows [offset_g, offset_g + sizes[g]) in group g.
 bool ids_from_sizes(const graph_view& g, value_ref ids, int64_t groups, value_ref& sizes) {
@@ -464,6 +587,8 @@ public:
       else if (auto op = match_gathered(g, n))
         ops.push_back(*op);
       else if (auto op = match_onehot_combine(g, n))
+        ops.push_back(*op);
+      else if (auto op = match_segment_loop(g, n))
         ops.push_back(*op);
     }
     if (ops.empty())

@@ -100,6 +100,23 @@ MATCHING = {
             oh = jax.nn.one_hot(ids, w.shape[0], dtype=x.dtype)
             return jnp.einsum("mgn,mg->mn", jnp.einsum("mk,gnk->mgn", x, w), oh)
         """), "grouped_matmul"),
+    # a Python loop over the experts, rows masked by their group's range
+    "segment_loop_unrolled": (spec(
+        "segment_loop", "{M: 128, K: 128, N: 256, G: 4}",
+        "  - {name: x, shape: [M, K], dtype: float32}\n"
+        "  - {name: w, shape: [G, K, N], dtype: float32}\n" + GROUP_SIZES,
+        """
+        import jax.numpy as jnp
+        def reference(x, w, group_sizes):
+            ends = jnp.cumsum(group_sizes)
+            starts = ends - group_sizes
+            rows = jnp.arange(x.shape[0])[:, None]
+            out = jnp.zeros((x.shape[0], w.shape[2]), jnp.float32)
+            for g in range(w.shape[0]):
+                mask = (rows >= starts[g]) & (rows < ends[g])
+                out = out + jnp.where(mask, x @ w[g], 0.0)
+            return out
+        """), "grouped_matmul"),
     # SwiGLU front half, g * sigmoid(g) by hand, f32 products cast to bf16
     "swiglu_sigmoid_by_hand": (spec(
         "swiglu_sig", "{M: 128, K: 128, F: 256}",
