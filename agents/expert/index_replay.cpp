@@ -56,17 +56,63 @@ bool replay_index_only(const graph_view& g, const std::vector<int>& outputs,
                        const std::map<int64_t, std::string>& sizes, std::string& code,
                        std::string& why) {
   index_evaluator ev(g);
-  std::set<int> need;
-  std::vector<int> stack(outputs.begin(), outputs.end());
-  while (!stack.empty()) {
-    int id = stack.back();
-    stack.pop_back();
-    if (!need.insert(id).second)
-      continue;
+  for (int id : outputs)
     if (!ev.index_only(value_ref{value_ref::kind::node, id, ""})) {
       why = fmt::format("node {} ({}) is not index-only", id, g.primitive(id));
       return false;
     }
+  return replay_values(g, outputs, sizes, replay_sources{}, code, why);
+}
+
+namespace {
+
+// Which result of node `id` an operand of type `t` is (matched by dtype and shape).
+int result_of(const graph_view& g, int id, schema::TensorType::Reader t) {
+  auto rs = g.node(id).getResults();
+  int found = -1;
+  for (unsigned r = 0; r < rs.size(); ++r)
+    if (std::string(rs[r].getDtype().cStr()) == t.getDtype().cStr() &&
+        to_vector(rs[r].getShape()) == to_vector(t.getShape())) {
+      if (found >= 0)
+        return -2;  // ambiguous
+      found = static_cast<int>(r);
+    }
+  return found;
+}
+
+}  // namespace
+
+std::string replayed(const graph_view& g, const value_ref& v, const replay_sources& src,
+                     int node_result) {
+  if (v.is_literal())
+    return literal_expr(v.literal);
+  if (v.is_input()) {
+    auto it = src.inputs.find(v.id);
+    return it == src.inputs.end() ? "" : it->second;
+  }
+  if (!v.is_node())
+    return "";
+  if (g.node(v.id).getResults().size() > 1 || node_result >= 0) {
+    auto it = src.results.find({v.id, std::max(node_result, 0)});
+    return it == src.results.end() ? "" : it->second;
+  }
+  auto it = src.results.find({v.id, 0});
+  return it != src.results.end() ? it->second : "t" + std::to_string(v.id);
+}
+
+bool replay_values(const graph_view& g, const std::vector<int>& outputs,
+                   const std::map<int64_t, std::string>& sizes, const replay_sources& src,
+                   std::string& code, std::string& why) {
+  std::set<int> need;
+  std::set<int> given_nodes;
+  for (const auto& [key, _] : src.results)
+    given_nodes.insert(key.first);
+  std::vector<int> stack(outputs.begin(), outputs.end());
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (given_nodes.count(id) || !need.insert(id).second)
+      continue;
     for (unsigned k = 0; k < g.operand_count(id); ++k)
       if (g.operand(id, k).is_node())
         stack.push_back(g.operand(id, k).id);
@@ -83,9 +129,12 @@ bool replay_index_only(const graph_view& g, const std::vector<int>& outputs,
   };
   auto arg = [&](int id, unsigned k) -> std::string {
     auto o = g.operand(id, k);
-    if (o.is_node())
-      return "t" + std::to_string(o.id);
-    return literal_expr(o.literal);
+    int r = -1;
+    if (o.is_node() && g.node(o.id).getResults().size() > 1)
+      r = result_of(g, o.id, g.node(id).getOperands()[k]);
+    if (r == -2)
+      return "";
+    return replayed(g, o, src, r);
   };
   code.clear();
   for (int id : need) {
@@ -96,7 +145,7 @@ bool replay_index_only(const graph_view& g, const std::vector<int>& outputs,
     std::string e;
     for (unsigned k = 0; k < g.operand_count(id); ++k)
       if (arg(id, k).empty()) {
-        why = fmt::format("node {} ({}): an operand that is not a scalar literal", id, p);
+        why = fmt::format("node {} ({}): operand {} has no expression", id, p, k);
         return false;
       }
     if (p == "iota") {
@@ -147,6 +196,57 @@ bool replay_index_only(const graph_view& g, const std::vector<int>& outputs,
       e = params.value("reverse", false)
               ? fmt::format("jnp.flip(jnp.cumsum(jnp.flip({0}, {1}), axis={1}), {1})", arg(id, 0), axis)
               : fmt::format("jnp.cumsum({}, axis={})", arg(id, 0), axis);
+    } else if (p == "slice") {
+      auto start = params.value("start_indices", std::vector<int64_t>{});
+      auto limit = params.value("limit_indices", std::vector<int64_t>{});
+      auto st = params.contains("strides") && params["strides"].is_array()
+                    ? params["strides"].get<std::vector<int64_t>>() : std::vector<int64_t>(start.size(), 1);
+      std::string a = "(", b = "(", c = "(";
+      for (size_t i = 0; i < start.size(); ++i) {
+        a += std::to_string(start[i]) + ", ";
+        // a slice to the end follows the dim's size; other limits stay literal
+        auto ishape = g.shape(g.operand(id, 0));
+        b += (i < ishape.size() && limit[i] == ishape[i] ? size(limit[i]) : std::to_string(limit[i])) + ", ";
+        c += std::to_string(i < st.size() ? st[i] : 1) + ", ";
+      }
+      e = fmt::format("jax.lax.slice({}, {}, {}, {})", arg(id, 0), a + ")", b + ")", c + ")");
+    } else if (p == "concatenate") {
+      std::string parts;
+      for (unsigned k = 0; k < g.operand_count(id); ++k)
+        parts += arg(id, k) + ", ";
+      e = fmt::format("jnp.concatenate([{}], axis={})", parts, params.value("dimension", 0));
+    } else if (p == "rev") {
+      auto dims = params.value("dimensions", std::vector<int64_t>{});
+      std::string t = "(";
+      for (auto d : dims)
+        t += std::to_string(d) + ", ";
+      e = fmt::format("jax.lax.rev({}, {})", arg(id, 0), t + ")");
+    } else if (p == "argmax" || p == "argmin") {
+      auto axes = params.value("axes", std::vector<int>{});
+      if (axes.size() != 1) {
+        why = fmt::format("node {}: {} over several axes", id, p);
+        return false;
+      }
+      e = fmt::format("jnp.{}({}, axis={})", p, arg(id, 0), axes[0]);
+    } else if (p == "gather" && params.contains("dimension_numbers")) {
+      const auto& dn = params["dimension_numbers"];
+      auto tuple_of = [](const nlohmann::json& a) {
+        std::string t = "(";
+        for (const auto& x : a)
+          t += std::to_string(x.get<int64_t>()) + ", ";
+        return t + ")";
+      };
+      std::string dims = "jax.lax.GatherDimensionNumbers(offset_dims=" + tuple_of(dn.value("offset_dims", nlohmann::json::array())) +
+                         ", collapsed_slice_dims=" + tuple_of(dn.value("collapsed_slice_dims", nlohmann::json::array())) +
+                         ", start_index_map=" + tuple_of(dn.value("start_index_map", nlohmann::json::array())) +
+                         ", operand_batching_dims=" + tuple_of(dn.value("operand_batching_dims", nlohmann::json::array())) +
+                         ", start_indices_batching_dims=" + tuple_of(dn.value("start_indices_batching_dims", nlohmann::json::array())) + ")";
+      auto slice_sizes = params.value("slice_sizes", std::vector<int64_t>{});
+      std::string mode = params.value("mode", std::string("FILL_OR_DROP"));
+      std::string fill = params.contains("fill_value") && !params["fill_value"].is_null()
+                             ? ", fill_value=" + literal_expr(params["fill_value"].dump()) : "";
+      e = fmt::format("jax.lax.gather({}, {}, {}, {}, mode=jax.lax.GatherScatterMode.{}{})",
+                      arg(id, 0), arg(id, 1), dims, shape_of(slice_sizes), mode, fill);
     } else if (unary().count(p)) {
       auto f = unary().at(p);
       e = f.empty() ? arg(id, 0) : fmt::format("{}({})", f, arg(id, 0));

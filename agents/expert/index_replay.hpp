@@ -21,6 +21,24 @@ bool replay_index_only(const graph_view& graph, const std::vector<int>& outputs,
                        const std::map<int64_t, std::string>& sizes, std::string& code,
                        std::string& why);
 
+// What a replay may read besides literals: graph inputs and node results computed
+// elsewhere (a kernel's outputs), as Python expressions.
+struct replay_sources {
+  std::map<int, std::string> inputs;                  // graph input -> expression
+  std::map<std::pair<int, int>, std::string> results; // (node, result index) -> expression
+};
+
+// The same for values that may read `sources`: small post-processing around a kernel (the
+// sampling after a top-k). Operands of multi-result nodes are told apart by their type.
+// Also replays gathers (take_along_axis and the like) with their dimension numbers.
+bool replay_values(const graph_view& graph, const std::vector<int>& outputs,
+                   const std::map<int64_t, std::string>& sizes, const replay_sources& sources,
+                   std::string& code, std::string& why);
+
+// The expression of a value in replayed code (a literal, a source, or t<id>); "" if none.
+std::string replayed(const graph_view& graph, const value_ref& v, const replay_sources& sources,
+                     int node_result = -1);
+
 // For each dim of node `from`: the dim of a value of shape `target_shape` that it lands on
 // when `from` flows (through broadcast_in_dim, unit reshapes, casts and elementwise ops) into
 // a node that combines it with a value of `anchor` (a node the target-shaped chain depends

@@ -419,3 +419,36 @@ def test_attention_backward_refuses_extra_bias(tmp_path):
             return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
         """)
     assert "attention_backward" not in matches(spec)
+
+
+# ---------------------------------------------------------------------------- top-k
+
+def test_topk_scaled_then_renormalised(tmp_path):
+    inputs = ["{name: logits, shape: [B, V], dtype: float32, generator: {normal: {mean: 0, std: 2}}}",
+              "{name: k, static: 20}"]
+    spec = write_spec(tmp_path, "topk_probs", "{B: 16, V: 1024}", inputs, """
+        import jax
+        import jax.numpy as jnp
+
+        def reference(logits, k):
+            vals, ids = jax.lax.top_k(logits * 1.25, k)       # a temperature of 0.8
+            probs = jnp.exp(vals - vals[:, :1])
+            probs = probs / probs.sum(axis=-1, keepdims=True)
+            return ids, probs
+        """, tolerance="{atol: 1.0e-5, rtol: 1.0e-5}")
+    matched, result, source = template_and_check(tmp_path, spec, "topk", {"block_rows": 8})
+    assert "top-20 over 16 rows of 1024" in matched["matches"][0]["summary"]
+    assert "SCALE = 1.25" in source
+
+
+def test_topk_refuses_full_vocabulary_normaliser(tmp_path):
+    inputs = ["{name: logits, shape: [B, V], dtype: float32}"]
+    spec = write_spec(tmp_path, "topk_logprobs", "{B: 16, V: 1024}", inputs, """
+        import jax
+        import jax.numpy as jnp
+
+        def reference(logits):
+            vals, ids = jax.lax.top_k(logits, 8)
+            return vals - jax.nn.logsumexp(logits, axis=-1, keepdims=True), ids
+        """)
+    assert "topk" not in matches(spec)
