@@ -182,11 +182,14 @@ struct val {
   char kind = 'f';
   std::vector<dim_map> dims;
   std::vector<bool> present, mat;  // per space axis: spans it / holds it materialised
+  // Per space axis: how many leading factors it spans. Below the axis's full level the value
+  // is COARSE (one element per group of the trailing factors, as after a GroupNorm's mean).
+  std::vector<int> level;
   std::string var;                 // python name or literal text
   bool is_const = false;           // a scalar known at generation time (literals folded)
   double cval = 0;
   double count = 0;                // elements a reduce_sum summed into it (mean detection)
-  std::vector<int> count_axes;
+  std::string count_text;           // Python expression of `count` at trace time
 };
 
 struct stmt {
@@ -222,6 +225,14 @@ private:
   const graph_view& g_;
   const block_request& req_;
   block_program& out_;
+  std::vector<space_axis> space_;           // the request's, with factors refined
+  std::vector<block_seed> seeds_;           // the request's, over the refined factors
+  // A reshape that splits factor `factor` of `axis` into (parts, size / parts): the parts
+  // (a group count) are taken to be constant, the rest scales with the axis.
+  struct refinement {
+    int axis = -1, factor = -1;
+    int64_t parts = 0;
+  } refine_;
   std::string why_;
 
   std::vector<int> kaxis_;                  // space axis -> kernel dim (-1 squeezed)
@@ -241,7 +252,7 @@ private:
       why_ = w;
     return false;
   }
-  int naxes() const { return static_cast<int>(req_.space.size()); }
+  int naxes() const { return static_cast<int>(space_.size()); }
   std::string node_desc(int id) const { return fmt::format("{} (node {})", g_.primitive(id), id); }
 
   bool collect();
@@ -259,20 +270,101 @@ private:
   bool fold(const std::string& p, const std::vector<val>& ops, char kind, double& out) const;
   std::string materialize(const val& v, const std::vector<int>& axes);
   std::string materialize_expr(const val& v, const std::vector<int>& axes) const;
+  std::string broadcast_shape(const val& v) const;
   std::string shape_tuple(const std::vector<bool>& present) const;
   std::string add_stmt(stmt s);
   std::string count_expr(const std::vector<int>& axes) const;
+  int full_level(int a) const;
+  int64_t const_prefix(int a, int level) const;   // -1 when a factor is not a constant
+  bool coarse(const val& v, int a) const;
+  std::string kernel_size(const val& v, int a) const;  // the value's size along a, in code
+  std::string onehot(const std::string& cur, const std::string& groups) const;
+  std::string adapt(const val& v, const std::vector<int>& level);
+  bool has_coarse_ = false;
   bool emit_full();
   void emit_streamed();
   bool streamed(std::string& code, std::string& why);
   std::string prologue(bool with_seeds, const std::set<std::string>& used) const;
+  bool apply_refinement();
 };
 
 void builder::finish_presence(val& v) {
   v.present.assign(static_cast<size_t>(naxes()), false);
+  v.level.assign(static_cast<size_t>(naxes()), 0);
   for (auto& d : v.dims)
-    if (!d.unit())
+    if (!d.unit()) {
       v.present[static_cast<size_t>(d.axis)] = true;
+      auto& l = v.level[static_cast<size_t>(d.axis)];
+      l = std::max(l, d.hi);
+    }
+  for (int a = 0; a < naxes(); ++a)
+    if (v.present[static_cast<size_t>(a)] && v.level[static_cast<size_t>(a)] >= full_level(a))
+      v.level[static_cast<size_t>(a)] = static_cast<int>(space_[static_cast<size_t>(a)].factors.size());
+}
+
+int builder::full_level(int a) const {
+  const auto& f = space_[static_cast<size_t>(a)].factors;
+  int last = 0;
+  for (size_t i = 0; i < f.size(); ++i)
+    if (f[i] != 1)
+      last = static_cast<int>(i) + 1;
+  return last;
+}
+
+int64_t builder::const_prefix(int a, int level) const {
+  const auto& ax = space_[static_cast<size_t>(a)];
+  int64_t n = 1;
+  for (int i = 0; i < level; ++i) {
+    const auto& e = ax.factor_exprs[static_cast<size_t>(i)];
+    if (e.empty() || !std::all_of(e.begin(), e.end(), [](char c) { return std::isdigit(c); }))
+      return ax.factors[static_cast<size_t>(i)] == 1 ? n : -1;
+    n *= std::stoll(e);
+  }
+  return n;
+}
+
+bool builder::coarse(const val& v, int a) const {
+  if (v.level.size() != static_cast<size_t>(naxes()))
+    return false;
+  int l = v.level[static_cast<size_t>(a)];
+  return l > 0 && l < full_level(a);
+}
+
+std::string builder::kernel_size(const val& v, int a) const {
+  if (coarse(v, a))
+    return std::to_string(const_prefix(a, v.level[static_cast<size_t>(a)]));
+  return fmt::format("_blk[{}]", kaxis_[static_cast<size_t>(a)]);
+}
+
+// (cur, groups) one-hot matrix: column g gathers rows g*cur/groups .. (g+1)*cur/groups - 1.
+std::string builder::onehot(const std::string& cur, const std::string& groups) const {
+  return fmt::format("(jax.lax.broadcasted_iota(jnp.int32, ({0}, {1}), 0) // ({0} // {1}) == "
+                     "jax.lax.broadcasted_iota(jnp.int32, ({0}, {1}), 1)).astype(jnp.float32)",
+                     cur, groups);
+}
+
+// The value expanded along its coarse axes to `level` (each group element repeated), by a
+// one-hot matmul on the MXU (exact at HIGHEST precision).
+std::string builder::adapt(const val& v, const std::vector<int>& level) {
+  std::string var = v.var;
+  for (int a = 0; a < naxes(); ++a) {
+    if (!coarse(v, a) || level[static_cast<size_t>(a)] <= v.level[static_cast<size_t>(a)])
+      continue;
+    val target = v;
+    target.level[static_cast<size_t>(a)] = level[static_cast<size_t>(a)];
+    std::string cur = kernel_size(target, a), groups = kernel_size(v, a);
+    stmt s;
+    s.present = v.present;
+    s.kind = 'f';
+    s.prim = "expand";
+    s.args = {var};
+    s.expr = "jax.lax.dot_general({0}, " + onehot(cur, groups) +
+             ", (((" + std::to_string(kaxis_[static_cast<size_t>(a)]) +
+             ",), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST, "
+             "preferred_element_type=jnp.float32)";
+    var = add_stmt(s);
+  }
+  return var;
 }
 
 // Every dim spans whole factors; dims of one axis consecutive and in order, covering every
@@ -287,12 +379,12 @@ bool builder::check_value(val& v, const std::string& what) {
       if (d.axis < last_axis)
         return fail(what + ": dims in another order than the space's axes (a transpose)");
       if (last_axis >= 0) {
-        auto& f = req_.space[static_cast<size_t>(last_axis)].factors;
+        auto& f = space_[static_cast<size_t>(last_axis)].factors;
         for (size_t i = static_cast<size_t>(next_lo); i < f.size(); ++i)
           if (f[i] != 1)
             return fail(what + ": spans part of space axis " + std::to_string(last_axis));
       }
-      auto& f = req_.space[static_cast<size_t>(d.axis)].factors;
+      auto& f = space_[static_cast<size_t>(d.axis)].factors;
       for (int i = 0; i < d.lo; ++i)
         if (f[static_cast<size_t>(i)] != 1)
           return fail(what + ": spans part of space axis " + std::to_string(d.axis));
@@ -300,7 +392,7 @@ bool builder::check_value(val& v, const std::string& what) {
     } else if (d.lo < next_lo) {
       return fail(what + ": dims of one axis out of order");
     } else {
-      auto& f = req_.space[static_cast<size_t>(d.axis)].factors;
+      auto& f = space_[static_cast<size_t>(d.axis)].factors;
       for (int i = next_lo; i < d.lo; ++i)
         if (f[static_cast<size_t>(i)] != 1)
           return fail(what + ": spans part of space axis " + std::to_string(d.axis));
@@ -308,16 +400,23 @@ bool builder::check_value(val& v, const std::string& what) {
     next_lo = d.hi;
   }
   if (last_axis >= 0) {
-    auto& f = req_.space[static_cast<size_t>(last_axis)].factors;
+    auto& f = space_[static_cast<size_t>(last_axis)].factors;
     for (size_t i = static_cast<size_t>(next_lo); i < f.size(); ++i)
-      if (f[i] != 1)
+      if (f[i] != 1) {
+        // Coarse: the leading factors of the lane axis, all constants (group counts).
+        if (kaxis_[static_cast<size_t>(last_axis)] == kdims_ - 1 &&
+            const_prefix(last_axis, next_lo) > 0) {
+          has_coarse_ = true;
+          return true;
+        }
         return fail(what + ": spans part of space axis " + std::to_string(last_axis));
+      }
   }
   return true;
 }
 
 bool builder::positional(const std::vector<int64_t>& shape, size_t j, dim_map& m) const {
-  for (const auto& s : req_.seeds) {
+  for (const auto& s : seeds_) {
     auto sshape = g_.shape(s.value);
     if (sshape.size() == shape.size() && j < s.dims.size() && sshape[j] == shape[j] &&
         !s.dims[j].unit()) {
@@ -329,8 +428,8 @@ bool builder::positional(const std::vector<int64_t>& shape, size_t j, dim_map& m
 }
 
 bool builder::collect() {
-  for (size_t i = 0; i < req_.seeds.size(); ++i) {
-    const auto& s = req_.seeds[i];
+  for (size_t i = 0; i < seeds_.size(); ++i) {
+    const auto& s = seeds_[i];
     if (s.value.is_input())
       seed_of_input_[s.value.id] = static_cast<int>(i);
     else if (s.value.is_node())
@@ -393,7 +492,7 @@ std::string builder::materialize(const val& v, const std::vector<int>& axes) {
   s.kind = v.kind;
   s.prim = "broadcast_to";
   s.args = {v.var};
-  s.expr = "jnp.broadcast_to({0}, " + shape_tuple(v.present) + ")";
+  s.expr = "jnp.broadcast_to({0}, " + broadcast_shape(v) + ")";
   return add_stmt(s);
 }
 
@@ -405,7 +504,17 @@ std::string builder::materialize_expr(const val& v, const std::vector<int>& axes
       need = true;
   if (!need)
     return v.var;
-  return "jnp.broadcast_to(" + v.var + ", " + shape_tuple(v.present) + ")";
+  return "jnp.broadcast_to(" + v.var + ", " + broadcast_shape(v) + ")";
+}
+
+std::string builder::broadcast_shape(const val& v) const {
+  std::string shape = "(";
+  for (int a = 0; a < naxes(); ++a) {
+    if (kaxis_[static_cast<size_t>(a)] < 0)
+      continue;
+    shape += (v.present[static_cast<size_t>(a)] ? kernel_size(v, a) : std::string("1")) + ", ";
+  }
+  return shape + ")";
 }
 
 std::string builder::add_stmt(stmt s) {
@@ -446,6 +555,9 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
                   std::to_string(input) + " runs along");
   if (!check_value(v, "graph input " + std::to_string(input)))
     return false;
+  for (int a = 0; a < naxes(); ++a)
+    if (coarse(v, a))
+      return fail("graph input " + std::to_string(input) + " holds one value per group");
   v.mat = v.present;
   block_operand op;
   op.input = input;
@@ -459,7 +571,7 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
   } else {
     std::string s = "(";
     for (int a = 0; a < naxes(); ++a)
-      s += (op.present[static_cast<size_t>(a)] ? req_.space[static_cast<size_t>(a)].extent_expr()
+      s += (op.present[static_cast<size_t>(a)] ? space_[static_cast<size_t>(a)].extent_expr()
                                                 : std::string("1")) +
            ", ";
     s.resize(s.size() - 2);
@@ -573,11 +685,11 @@ bool builder::literal_text(int id, unsigned k, const val& v, const val* other,
   // A mean's divisor (or its reciprocal) that counts the elements summed: the runtime count.
   if (finite && other && other->count > 0 && v.kind == 'f') {
     if (p == "div" && k == 1 && std::abs(x - other->count) < 0.5) {
-      text = count_expr(other->count_axes);
+      text = other->count_text;
       return true;
     }
     if (p == "mul" && std::abs(x * other->count - 1.0) < 1e-6) {
-      text = "(1.0 / " + count_expr(other->count_axes) + ")";
+      text = "(1.0 / " + other->count_text + ")";
       return true;
     }
   }
@@ -673,16 +785,24 @@ bool builder::reshape_map(const std::vector<int64_t>& from, const std::vector<di
         return fail("reshape merges dims of different space axes");
       hi = d.hi;
     }
-    const auto& f = req_.space[static_cast<size_t>(axis)].factors;
+    const auto& f = space_[static_cast<size_t>(axis)].factors;
     int cur = lo;
     for (size_t i = b0; i < b; ++i) {
       int64_t want = to[ti[i]], prod = 1;
       int start = cur;
       while (cur < hi && prod < want)
         prod *= f[static_cast<size_t>(cur++)];
-      if (prod != want)
+      if (prod != want) {
+        // `want` splits factor cur-1 (or cur): ask for it to be refined into groups.
+        int f = prod > want ? cur - 1 : cur;
+        if (prod > want && i == b0 && start == cur - 1 && f >= 0) {
+          refine_.axis = axis;
+          refine_.factor = f;
+          refine_.parts = want;
+        }
         return fail("reshape splits a dim inside one factor of space axis " +
                     std::to_string(axis) + " (a grouped reduction?)");
+      }
       to_dims[ti[i]] = {axis, start, cur};
     }
     to_dims[ti[b - 1]].hi = hi;  // trailing size-1 factors
@@ -788,6 +908,8 @@ bool builder::elementwise(int id, const std::string& p) {
       if (!literal_text(id, k, ops[k], other, args[k]))
         return false;
       ops[k].var = args[k];
+    } else if (r.known && ops[k].known) {
+      args[k] = adapt(ops[k], r.level);  // coarse operands expanded to the result's level
     } else {
       args[k] = ops[k].var;
     }
@@ -1020,7 +1142,12 @@ bool builder::process(int id) {
     }
     r.mat = o.mat;
     r.count = o.count;
-    r.count_axes = o.count_axes;
+    r.count_text = o.count_text;
+    for (int a = 0; a < naxes(); ++a)
+      if (coarse(o, a) && r.level[static_cast<size_t>(a)] > o.level[static_cast<size_t>(a)]) {
+        r.var = adapt(o, r.level);  // broadcast along the trailing factors: expand
+        r.mat[static_cast<size_t>(a)] = true;
+      }
     nodes_[id] = r;
     return true;
   }
@@ -1046,9 +1173,20 @@ bool builder::process(int id) {
       if (!o.dims[static_cast<size_t>(d)].unit())
         axes.insert(o.dims[static_cast<size_t>(d)].axis);
     }
+    // An axis whose trailing factors only are reduced: a grouped reduction (per group of
+    // the trailing factors; the result is coarse along it).
+    int grouped = -1;
     for (size_t d = 0; d < o.dims.size(); ++d)
-      if (!o.dims[d].unit() && axes.count(o.dims[d].axis) && !rdims.count(static_cast<int>(d)))
-        return fail(node_desc(id) + ": reduces part of a space axis (a grouped reduction)");
+      if (!o.dims[d].unit() && axes.count(o.dims[d].axis) && !rdims.count(static_cast<int>(d))) {
+        int a = o.dims[d].axis;
+        // kept dims of the axis must all come before its reduced ones
+        for (size_t e = 0; e < d; ++e)
+          if (o.dims[e].axis == a && rdims.count(static_cast<int>(e)))
+            return fail(node_desc(id) + ": reduces leading factors of a space axis");
+        if (grouped >= 0 && grouped != a)
+          return fail(node_desc(id) + ": grouped reductions along two axes");
+        grouped = a;
+      }
     for (size_t d = 0; d < o.dims.size(); ++d)
       if (!rdims.count(static_cast<int>(d)))
         r.dims.push_back(o.dims[d]);
@@ -1056,6 +1194,30 @@ bool builder::process(int id) {
       return fail(node_desc(id) + ": result rank does not match");
     if (!check_value(r, node_desc(id)))
       return false;
+    if (grouped >= 0) {
+      if (p != "reduce_sum" || axes.size() != 1)
+        return fail(node_desc(id) + ": a grouped reduction other than a sum");
+      if (!coarse(r, grouped))
+        return fail(node_desc(id) + ": reduces part of a space axis that cannot be grouped");
+      out_.reduced[static_cast<size_t>(grouped)] = true;
+      std::string cur = kernel_size(o, grouped), groups = kernel_size(r, grouped);
+      stmt s;
+      s.present = r.present;
+      s.kind = 'f';
+      s.prim = p;
+      s.args = {materialize(o, {grouped})};
+      int k = kaxis_[static_cast<size_t>(grouped)];
+      s.expr = "jax.lax.dot_general({0}, " + onehot(cur, groups) + ", (((" + std::to_string(k) +
+               ",), (0,)), ((), ())), precision=jax.lax.Precision.HIGHEST, "
+               "preferred_element_type=jnp.float32)";
+      s.var = "v" + std::to_string(id);
+      r.mat = o.mat;
+      r.count = count;
+      r.count_text = "(" + cur + " // " + groups + ")";
+      r.var = add_stmt(s);
+      nodes_[id] = r;
+      return true;
+    }
     std::vector<int> ax(axes.begin(), axes.end());
     for (int a : ax) {
       if (kaxis_[static_cast<size_t>(a)] < 0)
@@ -1085,7 +1247,11 @@ bool builder::process(int id) {
       s.red = "sum";
       s.expr = "jnp.sum({0}, axis=" + axis + ", keepdims=True)";
       r.count = count;
-      r.count_axes = ax;
+      std::string c;
+      for (int a : ax)  // a coarse operand counts its groups (a constant)
+        c += (c.empty() ? "" : " * ") +
+             (coarse(o, a) ? kernel_size(o, a) : fmt::format("extents[{}]", a));
+      r.count_text = "(" + c + ")";
     } else if (p == "reduce_max") {
       s.red = "max";
       s.expr = "jnp.max({0}, axis=" + axis + ", keepdims=True)";
@@ -1210,7 +1376,7 @@ bool builder::process(int id) {
     if (!check_value(r, node_desc(id)))
       return false;
     out_.reduced[static_cast<size_t>(a)] = true;
-    gathered_found_[req_.space[static_cast<size_t>(a)].extent()] = a;
+    gathered_found_[space_[static_cast<size_t>(a)].extent()] = a;
     std::vector<bool> only(static_cast<size_t>(naxes()), false);
     only[static_cast<size_t>(a)] = true;
     stmt s;
@@ -1241,13 +1407,13 @@ bool builder::process(int id) {
 std::string builder::prologue(bool with_seeds, const std::set<std::string>& used) const {
   std::string c;
   if (with_seeds)
-    for (size_t i = 0; i < req_.seeds.size(); ++i) {
-      std::string dt = g_.dtype(req_.seeds[i].value);
+    for (size_t i = 0; i < seeds_.size(); ++i) {
+      std::string dt = g_.dtype(seeds_[i].value);
       char k = kind_of(dt);
       std::string e = fmt::format("seeds[{}]", i);
       // A matmul's f32 accumulator rounds to the dot's narrower result dtype first.
       if (k == 'f')
-        e += narrow_float(dt) && req_.seeds[i].value.is_node()
+        e += narrow_float(dt) && seeds_[i].value.is_node()
                  ? ".astype(jnp." + dt + ").astype(jnp.float32)"
                  : ".astype(jnp.float32)";
       else if (k == 'i')
@@ -1273,8 +1439,8 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
       if (k < 0)
         continue;
       std::string src = "1";
-      for (size_t i = 0; i < req_.seeds.size() && src == "1"; ++i)
-        for (auto& d : req_.seeds[i].dims)
+      for (size_t i = 0; i < seeds_.size() && src == "1"; ++i)
+        for (auto& d : seeds_[i].dims)
           if (d.axis == a)
             src = fmt::format("s{}.shape[{}]", i, k);
       for (size_t j = 0; j < out_.operands.size() && src == "1"; ++j)
@@ -1323,6 +1489,10 @@ bool builder::emit_full() {
 // The streamed form along axis A (see the header).
 bool builder::streamed(std::string& code, std::string& why) {
   const int A = req_.stream_axis;
+  if (has_coarse_) {
+    why = "grouped reductions need whole groups in a block";
+    return false;
+  }
   const size_t Au = static_cast<size_t>(A);
   if (kaxis_[Au] < 0) {
     why = "the streamed axis is squeezed";
@@ -1358,9 +1528,9 @@ bool builder::streamed(std::string& code, std::string& why) {
   std::map<std::string, bool> var_spans;
   for (size_t j = 0; j < out_.operands.size(); ++j)
     var_spans["in" + std::to_string(out_.operands[j].input)] = out_.operands[j].present[Au];
-  for (size_t i = 0; i < req_.seeds.size(); ++i) {
+  for (size_t i = 0; i < seeds_.size(); ++i) {
     bool sp = false;
-    for (auto& d : req_.seeds[i].dims)
+    for (auto& d : seeds_[i].dims)
       sp = sp || d.axis == A;
     var_spans["s" + std::to_string(i)] = sp;
   }
@@ -1611,23 +1781,53 @@ bool builder::streamed(std::string& code, std::string& why) {
   return true;
 }
 
+// Splits factor refine_.factor of refine_.axis into (parts, rest): parts constant (a group
+// count), rest = the factor's size at trace time // parts. Seeds' dims follow.
+bool builder::apply_refinement() {
+  auto& ax = space_[static_cast<size_t>(refine_.axis)];
+  auto f = static_cast<size_t>(refine_.factor);
+  if (f >= ax.factors.size() || refine_.parts <= 1 || ax.factors[f] % refine_.parts != 0)
+    return false;
+  int64_t size = ax.factors[f];
+  std::string expr = ax.factor_exprs[f];
+  ax.factors[f] = refine_.parts;
+  ax.factor_exprs[f] = std::to_string(refine_.parts);
+  ax.factors.insert(ax.factors.begin() + static_cast<long>(f) + 1, size / refine_.parts);
+  ax.factor_exprs.insert(ax.factor_exprs.begin() + static_cast<long>(f) + 1,
+                         "(" + expr + " // " + std::to_string(refine_.parts) + ")");
+  for (auto& s : seeds_)
+    for (auto& d : s.dims)
+      if (d.axis == refine_.axis) {
+        if (d.lo > refine_.factor)
+          ++d.lo;
+        if (d.hi > refine_.factor)
+          ++d.hi;
+      }
+  return true;
+}
+
 bool builder::run(std::string& reason) {
   out_ = block_program{};
-  if (req_.space.empty()) {
+  space_ = req_.space;
+  seeds_ = req_.seeds;
+  if (space_.empty()) {
     reason = "empty space";
     return false;
   }
-  kaxis_.assign(req_.space.size(), -1);
-  for (size_t a = 0; a < req_.space.size(); ++a)
-    if (!req_.space[a].squeezed)
+  kaxis_.assign(space_.size(), -1);
+  for (size_t a = 0; a < space_.size(); ++a)
+    if (!space_[a].squeezed)
       kaxis_[a] = kdims_++;
   bool ok = collect();
   // Two passes when the program gathers: the first finds the gathered axes, so that the
   // second turns an int literal equal to one's extent (index wrap-around) into the extent.
+  // A pass that meets a reshape splitting a factor refines the factor and starts over.
+  int refinements = 0;
   for (int pass = 0; ok && pass < 2; ++pass) {
     auto found = gathered_found_;
     if (pass == 1 && found.empty())
       break;
+    refine_ = refinement{};
     gathered_axis_ = found;
     nodes_.clear();
     inputs_.clear();
@@ -1636,9 +1836,9 @@ bool builder::run(std::string& reason) {
     out_.operands.clear();
     out_.primitives.clear();
     out_.transcendentals = 0;
-    out_.reduced.assign(req_.space.size(), false);
-    for (size_t i = 0; ok && i < req_.seeds.size(); ++i) {
-      const auto& s = req_.seeds[i];
+    out_.reduced.assign(space_.size(), false);
+    for (size_t i = 0; ok && i < seeds_.size(); ++i) {
+      const auto& s = seeds_[i];
       val v;
       v.known = true;
       v.shape = g_.shape(s.value);
@@ -1660,6 +1860,13 @@ bool builder::run(std::string& reason) {
     for (int id : program_)
       if (ok && !process(id))
         ok = false;
+    if (!ok && refine_.axis >= 0 && refinements < 4 && apply_refinement()) {
+      ++refinements;
+      ok = true;
+      why_.clear();
+      gathered_found_.clear();
+      pass = -1;  // start over on the refined space
+    }
   }
   // Outputs.
   for (size_t k = 0; ok && k < req_.outputs.size(); ++k) {
@@ -1683,6 +1890,9 @@ bool builder::run(std::string& reason) {
         ok = fail("output " + std::to_string(k) + " is constant along a dim of unknown axis");
         break;
       }
+    for (int a = 0; ok && a < naxes(); ++a)
+      if (coarse(v, a))
+        ok = fail("output " + std::to_string(k) + " holds one value per group");
     if (!ok)
       break;
     o.present = v.present;
@@ -1692,7 +1902,7 @@ bool builder::run(std::string& reason) {
       if (m.unit()) {
         s += "1";
       } else {
-        auto& ax = req_.space[static_cast<size_t>(m.axis)];
+        auto& ax = space_[static_cast<size_t>(m.axis)];
         std::string e;
         for (int f = m.lo; f < m.hi; ++f)
           e += (e.empty() ? "" : " * ") + ax.factor_exprs[static_cast<size_t>(f)];

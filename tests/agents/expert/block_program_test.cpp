@@ -165,8 +165,6 @@ TEST(BlockProgram, CrossEntropyStreamsOverTheVocabulary) {
   EXPECT_TRUE(has(p.stream_code, "def epi_step(accs, seeds, extras, offsets, extents):"));
   EXPECT_TRUE(has(p.stream_code, "def epi_final(accs, extras, offsets, extents, row_shape):"));
   EXPECT_TRUE(has(p.stream_code, "jnp.exp(")) << p.stream_code;
-  if (getenv("SHOW_CODE"))
-    std::cout << p.code << "\n" << p.stream_code;
 }
 
 TEST(BlockProgram, SeveralOutputsAndOperandLayouts) {
@@ -194,13 +192,31 @@ TEST(BlockProgram, SeveralOutputsAndOperandLayouts) {
   EXPECT_EQ(p.accumulator_dtypes, (std::vector<std::string>{"float32"}));
 }
 
-TEST(BlockProgram, RefusesGroupedReductionsAndUnknownPrimitives) {
+TEST(BlockProgram, GroupedSumsRefineTheFactorAndRunOnTheMxu) {
+  // (x @ w).reshape(m, 4, n // 4): minus the mean of each group of n // 4 columns.
+  auto g = load("groupnorm_after_matmul");
+  mx::block_program p;
+  std::string why;
+  ASSERT_TRUE(mx::build_block_program(*g.view, matmul_request(*g.view, 1), p, why)) << why;
+  // group sums and their broadcast back: one-hot matmuls over (columns, 4 groups)
+  EXPECT_TRUE(has(p.code, "Precision.HIGHEST")) << p.code;
+  EXPECT_TRUE(has(p.code, ", 4)")) << p.code;
+  // the mean's divisor: the group size at run time, not the traced 512
+  EXPECT_TRUE(has(p.code, "(_blk[1] // 4)")) << p.code;
+  EXPECT_FALSE(has(p.code, "512")) << p.code;
+  EXPECT_EQ(p.reduced, (std::vector<bool>{false, true}));  // blocks hold whole groups
+  EXPECT_FALSE(p.streamable);
+  // the output's shape: the refined factors multiply back to N
+  EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], 4 * (w.shape[1] // 4))");
+}
+
+TEST(BlockProgram, RefusesGroupedMaxAndUnknownPrimitives) {
   {
-    auto g = load("groupnorm_after_matmul");
+    auto g = load("maxout_after_matmul");
     mx::block_program p;
     std::string why;
     EXPECT_FALSE(mx::build_block_program(*g.view, matmul_request(*g.view), p, why));
-    EXPECT_TRUE(has(why, "reshape")) << why;
+    EXPECT_TRUE(has(why, "grouped")) << why;
   }
   {
     auto g = load("cumsum_after_matmul");

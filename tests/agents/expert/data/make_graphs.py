@@ -39,6 +39,11 @@ def groupnorm_after_matmul(x, w):
     return ((g - g.mean(-1, keepdims=True))).reshape(y.shape)
 
 
+def maxout_after_matmul(x, w):
+    y = x @ w
+    return y.reshape(y.shape[0], y.shape[1] // 4, 4).max(-1)
+
+
 def cumsum_after_matmul(x, w):
     return jnp.cumsum(x @ w, axis=-1)
 
@@ -58,6 +63,7 @@ CASES = {
                       [S((512, 1024), bf16), S((1024, 4096), bf16), S((512,), i32)], ()),
     "groupnorm_after_matmul": (groupnorm_after_matmul,
                                [S((512, 1024), f32), S((1024, 2048), f32)], ()),
+    "maxout_after_matmul": (maxout_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "cumsum_after_matmul": (cumsum_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "residual_per_row_scalar": (residual_per_row_scalar,
                                 [S((512, 1024), bf16), S((2048, 1024), bf16),
