@@ -157,7 +157,8 @@ std::optional<one_hot> match_one_hot(const graph_view& g, value_ref v) {
     oh.class_axis = axis;
     oh.classes = shape[axis];
     oh.ids = skip_index_plumbing(g, other);
-    if (!is_int(g.dtype(oh.ids)))
+    // the compared value's type (the ids may be one result of several, as top_k's indices)
+    if (!is_int(std::string(g.node(eq.id).getOperands()[1 - side].getDtype().cStr())))
       return std::nullopt;
     return oh;
   }

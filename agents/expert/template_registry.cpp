@@ -17,6 +17,8 @@ template_ptr make_topk_template();
 template_ptr make_conv_gemm_template();
 template_ptr make_matmul_template();
 template_ptr make_rowwise_template();
+template_ptr make_flash_attention_template();
+template_ptr make_paged_attention_template();
 
 const std::vector<template_ptr>& all_templates() {
   static const std::vector<template_ptr> templates = [] {
@@ -32,6 +34,8 @@ const std::vector<template_ptr>& all_templates() {
     t.push_back(make_conv_gemm_template());
     t.push_back(make_matmul_template());
     t.push_back(make_rowwise_template());
+    t.push_back(make_flash_attention_template());
+    t.push_back(make_paged_attention_template());
     return t;
   }();
   return templates;
