@@ -1,0 +1,234 @@
+"""The attention templates of the expert brain (flash_attention, paged_attention) end to end:
+small native specs whose references spell attention in different ways (einsum / @ /
+lax.dot_general, [B,H,S,D] / [B,S,H,D] layouts, jax.nn.softmax / hand-written softmax,
+GQA by reshape / jnp.repeat, where(-inf) / large negative / additive masks, soft-capping,
+normalisation after PV, paged KV caches) go through the built `maxkernel template`, and the
+rendered kernel through `maxkernel check` (lowered for TPU, tested in interpret mode against
+the reference). A reference that is not attention is refused."""
+import json
+import os
+import pathlib
+import subprocess
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
+
+
+def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
+    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
+    lines += [f"  - {i}" for i in inputs]
+    lines.append("reference: |")
+    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
+    lines.append(f"tolerance: {tolerance}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(*args, timeout=600):
+    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def template_and_check(tmp_path, spec, family, params=None):
+    kernel = tmp_path / "kernel.py"
+    args = ["template", spec, "--out", kernel, "--json", "-"]
+    if params:
+        args += ["--params", json.dumps(params)]
+    t = run(*args)
+    assert t.returncode == 0, t.stderr
+    matched = json.loads(t.stdout)
+    assert matched["template"] == family, matched
+    source = kernel.read_text()
+    assert source.startswith(f"# {family} template")
+    c = run("check", spec, kernel, "--json", "-")
+    result = json.loads(c.stdout)
+    phases = {p["phase"]: p for p in result["phases"]}
+    assert c.returncode == 0, (phases, source)
+    assert result["correct"] is True
+    assert result["pallas_calls"], result
+    return matched, result, source
+
+
+QKV_BHSD = ["{name: q, shape: [B, H, S, D], dtype: bfloat16}",
+            "{name: k, shape: [B, H, S, D], dtype: bfloat16}",
+            "{name: v, shape: [B, H, S, D], dtype: bfloat16}"]
+
+
+def test_einsum_bhsd_causal_jax_nn_softmax(tmp_path):
+    spec = write_spec(tmp_path, "einsum_causal", "{B: 1, H: 2, S: 256, D: 128}", QKV_BHSD, """
+        import jax, jax.numpy as jnp
+
+        def reference(q, k, v):
+            s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32)
+            s = s * q.shape[-1] ** -0.5
+            n = q.shape[2]
+            s = jnp.where(jnp.tril(jnp.ones((n, n), bool)), s, -jnp.inf)
+            p = jax.nn.softmax(s, axis=-1)
+            return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(jnp.float32)).astype(q.dtype)
+        """)
+    matched, result, source = template_and_check(tmp_path, spec, "flash_attention",
+                                                 {"block_q": 128, "block_k": 128})
+    assert "mask static" in matched["matches"][0]["summary"]
+    # causal: the key blocks above the diagonal are skipped, so the grid's key axis is shorter
+    # than the number of key blocks only when counted per row block; the tables are there
+    assert "_block_tables" in source and "def _kill" in source
+
+
+def test_matmul_bshd_gqa_repeat_handwritten_softmax(tmp_path):
+    spec = write_spec(
+        tmp_path, "matmul_gqa", "{B: 2, S: 128, HQ: 4, HKV: 2, D: 64}",
+        ["{name: q, shape: [B, S, HQ, D], dtype: bfloat16}",
+         "{name: k, shape: [B, S, HKV, D], dtype: bfloat16}",
+         "{name: v, shape: [B, S, HKV, D], dtype: bfloat16}"], """
+        import jax.numpy as jnp
+
+        def reference(q, k, v):
+            g = q.shape[2] // k.shape[2]
+            k = jnp.repeat(k, g, axis=2)
+            v = jnp.repeat(v, g, axis=2)
+            qt = jnp.swapaxes(q, 1, 2) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+            s = (qt @ jnp.swapaxes(jnp.swapaxes(k, 1, 2), 2, 3)).astype(jnp.float32)
+            n = s.shape[-1]
+            s = jnp.where(jnp.arange(n)[:, None] >= jnp.arange(n)[None, :], s, -1e9)
+            e = jnp.exp(s - s.max(axis=-1, keepdims=True))
+            p = e / e.sum(axis=-1, keepdims=True)
+            return jnp.swapaxes(p.astype(v.dtype) @ jnp.swapaxes(v, 1, 2), 1, 2)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "flash_attention")
+    # GQA by repeat: kv rows are (batch, kv head); the group of 2 query heads becomes rows
+    summary = matched["matches"][0]["summary"]
+    assert "kv rows [2,2]" in summary and "query rows [2,128]" in summary, summary
+
+
+def test_dot_general_softcap_gqa_reshape(tmp_path):
+    spec = write_spec(
+        tmp_path, "softcap_gqa", "{B: 1, HQ: 4, HKV: 1, S: 256, D: 128}",
+        ["{name: q, shape: [B, HQ, S, D], dtype: bfloat16, generator: {normal: {mean: 0, std: 2}}}",
+         "{name: k, shape: [B, HKV, S, D], dtype: bfloat16}",
+         "{name: v, shape: [B, HKV, S, D], dtype: bfloat16}",
+         "{name: cap, static: 30.0}"], """
+        import jax, jax.numpy as jnp
+        from jax import lax
+
+        def reference(q, k, v, cap):
+            b, hq, s, d = q.shape
+            qg = q.reshape(b, k.shape[1], hq // k.shape[1], s, d)
+            sc = lax.dot_general(qg, k, (((4,), (3,)), ((0, 1), (0, 1))),
+                                 preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
+            sc = cap * jnp.tanh(sc / cap)
+            causal = jnp.arange(s)[None, :] <= jnp.arange(s)[:, None]
+            sc = sc + jnp.where(causal, 0.0, -jnp.inf)
+            p = jax.nn.softmax(sc, axis=-1)
+            o = jnp.einsum("bngqk,bnkd->bngqd", p.astype(jnp.bfloat16), v,
+                           preferred_element_type=jnp.float32)
+            return o.reshape(b, hq, s, d).astype(q.dtype)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "flash_attention",
+                                       {"block_q": 128, "block_k": 128})
+    assert "mask static" in matched["matches"][0]["summary"]
+
+
+def test_bshd_local_global_mask_read_in_place(tmp_path):
+    spec = write_spec(
+        tmp_path, "local_global", "{B: 1, S: 512, H: 2, D: 128}",
+        ["{name: q, shape: [B, S, H, D], dtype: bfloat16}",
+         "{name: k, shape: [B, S, H, D], dtype: bfloat16}",
+         "{name: v, shape: [B, S, H, D], dtype: bfloat16}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(q, k, v):
+            n = q.shape[1]
+            s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+            s = s * q.shape[-1] ** -0.5
+            qp, kp = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+            mask = (kp <= qp) & ((qp - kp < n // 4) | (kp < n // 32))
+            s = jnp.where(mask, s, -jnp.inf)
+            p = jax.nn.softmax(s, axis=-1)
+            return jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32)).astype(q.dtype)
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "flash_attention",
+                                            {"block_q": 128, "block_k": 128})
+    summary = matched["matches"][0]["summary"]
+    assert "layout read in place" in summary, summary  # [B,S,H*D] blocks, no transposes
+    assert "jnp.transpose" not in source
+    # the window is read as a fraction of the key length (n // 4 at any test size)
+    assert "// 4)" in source
+
+
+def test_normalised_after_pv_with_key_padding_lengths(tmp_path):
+    spec = write_spec(
+        tmp_path, "deferred_norm", "{B: 2, H: 2, S: 256, D: 128}",
+        QKV_BHSD + ["{name: lengths, shape: [B], dtype: int32, structural: true, "
+                    "generator: {randint: {low: 1, high: 256}}}"], """
+        import jax.numpy as jnp
+
+        def reference(q, k, v, lengths):
+            s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
+            s = s / 8.0
+            valid = jnp.arange(k.shape[2])[None, :] < lengths[:, None]
+            s = jnp.where(valid[:, None, None, :], s, -1e30)
+            e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+            o = jnp.einsum("bhqk,bhkd->bhqd", e, v.astype(jnp.float32))
+            return (o / jnp.sum(e, axis=-1)[..., None]).astype(jnp.bfloat16)
+        """)
+    matched, _, _ = template_and_check(tmp_path, spec, "flash_attention",
+                                       {"block_q": 128, "block_k": 128})
+    summary = matched["matches"][0]["summary"]
+    assert "mask data-dependent" in summary and "normalised after PV" in summary, summary
+
+
+def test_paged_decode(tmp_path):
+    spec = write_spec(
+        tmp_path, "paged_decode",
+        "{NS: 4, HQ: 4, HKV: 2, D: 128, NP: 64, PAGE: 16, PPS: 16}",
+        ["{name: q, shape: [NS, HQ, D], dtype: bfloat16}",
+         "{name: k_pages, shape: [HKV, NP, PAGE, D], dtype: bfloat16}",
+         "{name: v_pages, shape: [HKV, NP, PAGE, D], dtype: bfloat16}",
+         "{name: lengths, shape: [NS], dtype: int32, structural: true, "
+         "generator: {randint: {low: 1, high: 257}}}",
+         "{name: page_indices, shape: [NS, PPS], dtype: int32, structural: true, generator: "
+         "{code: \"def generate(rng, shape, dtype, dims):\\n"
+         "    return rng.integers(0, dims['NP'], shape)\\n\"}}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(q, k_pages, v_pages, lengths, page_indices):
+            ns, hq, d = q.shape
+            hkv, _, page, _ = k_pages.shape
+            t = page_indices.shape[1] * page
+            k = k_pages[:, page_indices].reshape(hkv, ns, t, d)
+            v = v_pages[:, page_indices].reshape(hkv, ns, t, d)
+            qg = q.reshape(ns, hkv, hq // hkv, d)
+            s = jnp.einsum("bngd,nbtd->bngt", qg, k, preferred_element_type=jnp.float32) / 8.0
+            s = jnp.where((jnp.arange(t)[None, :] < lengths[:, None])[:, None, None, :], s,
+                          -jnp.inf)
+            p = jax.nn.softmax(s, axis=-1)
+            o = jnp.einsum("bngt,nbtd->bngd", p, v.astype(jnp.float32))
+            return o.reshape(ns, hq, d).astype(q.dtype)
+        """)
+    matched, result, source = template_and_check(tmp_path, spec, "paged_attention",
+                                                 {"pages_per_block": 4})
+    assert "make_async_copy" in source
+
+
+def test_not_attention_is_refused(tmp_path):
+    # a softmax over a matmul, but no probabilities-times-values product
+    spec = write_spec(
+        tmp_path, "softmax_matmul", "{M: 128, K: 128, N: 256}",
+        ["{name: x, shape: [M, K], dtype: float32}",
+         "{name: w, shape: [K, N], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            return jax.nn.softmax(x @ w, axis=-1)
+        """)
+    t = run("template", spec, "--name", "flash_attention", "--json", "-")
+    assert t.returncode == 2, t.stderr
+    assert json.loads(t.stdout).get("template") is None
+    t = run("template", spec, "--name", "paged_attention", "--json", "-")
+    assert t.returncode == 2, t.stderr
