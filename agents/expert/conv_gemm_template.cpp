@@ -683,14 +683,7 @@ public:
         e += fmt::format("{}[{}], ", t, k == 'n' ? 0 : k == 's' ? 1 : 2);
       return e + ")";
     };
-    if (fused && channel_major)
-      epilogue = prog.code +
-                 "\n\ndef _epilogue(y, leaves, offsets, extents):\n"
-                 "    # the space puts channels first: tiles are handed over transposed\n"
-                 "    outs = _epi_block([_t(y)], [_t(v) for v in leaves], " +
-                 in_space("offsets") + ", " + in_space("extents") +
-                 ")\n    return [_t(v) for v in outs]\n";
-    else if (fused)
+    if (fused)
       epilogue = prog.code + "\n\ndef _epilogue(y, leaves, offsets, extents):\n"
                  "    return _epi_block([y], leaves, " + in_space("offsets") + ", " +
                  in_space("extents") + ")\n";
@@ -729,11 +722,16 @@ public:
       (void)a;
     std::string kind = c.depthwise() ? "depthwise " : c.groups > 1 ? "grouped " : "";
     std::string what = c.transposed() ? "transposed " : "";
-    std::string ksz, ssz;
+    std::string ksz, ssz, dsz;
+    bool dilated = false;
     for (int i = 0; i < c.d; ++i) {
       ksz += (i ? "x" : "") + std::to_string(c.ks[i]);
       ssz += (i ? "x" : "") + std::to_string(c.transposed() ? c.ldil[i] : c.strides[i]);
+      dsz += (i ? "x" : "") + std::to_string(c.rdil[i]);
+      dilated = dilated || c.rdil[i] > 1;
     }
+    if (dilated)
+      ssz += " dilation " + dsz;
     std::string fused_desc;
     if (fused) {
       std::string prims;
@@ -754,10 +752,11 @@ public:
 
     template_match m;
     m.family = name();
-    m.summary = fmt::format("{}{}{}D conv {} stride/dilation {}, {} -> {} channels, batch {}{}{}",
+    m.summary = fmt::format("{}{}{}D conv {} stride {}, {} -> {} channels, batch {}{}{}",
                             what, kind, c.d, ksz, ssz, c.cin, c.cout, c.n, fused_desc, rest);
     m.facts = {{"conv", conv}, {"geometry", geo}, {"leaves", leaves}, {"outs", outs_j},
-               {"all_channels", all_channels}, {"epilogue", epilogue}, {"prologue", prologue},
+               {"all_channels", all_channels}, {"channel_major", fused && channel_major},
+               {"epilogue", epilogue}, {"prologue", prologue},
                {"tail", tail_code.code(4)}, {"result", result},
                {"signature", {{"args", sig.args()}}}};
     // Most of the work in a Pallas conv: preferred over generic fallbacks.
@@ -856,28 +855,50 @@ public:
       taps *= k;
     int64_t cin = geo["cin"];
     bool depthwise = geo["depthwise"], transposed = geo["transposed"];
-    // Few input channels would feed the MXU a sliver of K per tap: fold taps into channels.
+    // Taps are packed along K in the kernel (tap_group); folding them into channels outside
+    // copies the input that many times over, so only: all taps when the windows do not
+    // overlap (patch embeddings: a free space-to-depth), the last dim's taps when there are
+    // very few channels (an RGB stem: 3 channels per tap would be a sliver of a vreg).
     int fold = 0;
-    if (!depthwise && !transposed && taps > 1 && cin < 64) {
-      if (cin * taps <= 512)
+    auto st = geo["strides"].get<std::vector<int64_t>>();
+    int64_t phases = 1;
+    for (auto s : st)
+      phases *= s;
+    if (!depthwise && !transposed && taps > 1) {
+      if (taps <= phases)
         fold = 2;
-      else if (cin * ks.back() <= 256)
+      else if (cin < 8 && ks.back() <= 4 * st.back())
         fold = 1;
     }
     p["fold"] = fold;
-    // Taps packed along K per dot so the contraction fills the MXU's depth.
+    // Taps packed along K per dot so the contraction fills the MXU's depth: the smallest
+    // group whose chunks pad the least in total (320 channels: 3 taps, K 960 -> 1024).
     {
-      json probe = p;
-      auto pl0 = make_plan(geo, probe, m.facts["all_channels"]);
+      auto pl0 = make_plan(geo, p, m.facts["all_channels"]);
       int64_t per = std::max<int64_t>(1, pl0.taps / std::max<int64_t>(pl0.p_out, 1));
-      p["tap_group"] = depthwise ? 1
-                                 : std::clamp<int64_t>(static_cast<int64_t>(chip.mxu_size) /
-                                                           std::max<int64_t>(pl0.tk, 1), 1, per);
+      int64_t mxu = chip.mxu_size, best = 1, best_k = -1;
+      for (int64_t g = 1; g <= std::min<int64_t>(per, 16) && !depthwise; ++g) {
+        int64_t total = 0;
+        for (int64_t t = 0; t < per; t += g)
+          total += round_up(std::min(g, per - t) * pl0.tk, mxu);
+        if (best_k < 0 || total < best_k) {
+          best_k = total;
+          best = g;
+        }
+      }
+      p["tap_group"] = best;
     }
     int64_t cout = geo["cout"];
     int64_t lane_pref = chip.mxu_size >= 256 ? 256 : 128;
-    p["block_n"] = effective_block(cout, 128, lane_pref);
     p["block_k"] = 512;
+    // All output channels in one tile unless their weights are big: else each image's
+    // window would be multiplied by weights fetched again for every channel tile.
+    {
+      p["block_n"] = cout;
+      auto pl0 = make_plan(geo, p, m.facts["all_channels"]);
+      if (pl0.taps * pl0.tk * cout * dtype_bytes(geo["w_dtype"]) > (4 << 20))
+        p["block_n"] = effective_block(cout, 128, 2 * lane_pref);
+    }
     p["grid_order"] = "spatial_outer";
     if (geo["x_dtype"] == "float32")
       p["mxu_bf16"] = false;
@@ -1056,6 +1077,7 @@ public:
          {"leaves", python_literal(f["leaves"])},
          {"outs", python_literal(f["outs"])},
          {"all_channels", f["all_channels"].get<bool>() ? "True" : "False"},
+         {"channel_major", f["channel_major"].get<bool>() ? "True" : "False"},
          {"epilogue", f["epilogue"].get<std::string>()},
          {"args", f["signature"]["args"].get<std::string>()},
          {"prologue", f["prologue"].get<std::string>()},

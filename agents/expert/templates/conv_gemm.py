@@ -34,6 +34,8 @@ LEAVES = {{leaves}}
 # the max pool fused after them (per spatial dim: window, stride, low and high padding).
 OUTS = {{outs}}
 EPI_NEEDS_ALL_CHANNELS = {{all_channels}}
+# The epilogue's tiles are (channels, rows) (the output layout puts channels first).
+CHANNEL_MAJOR = {{channel_major}}
 
 
 # The fused epilogue on a (rows, channels) tile of the convolution (rows: output positions of
@@ -212,15 +214,24 @@ def _kernel(*refs, cfg):
     scratch = list(refs[2 + nl + no:])
     acc_ref = scratch.pop(0) if nk > 1 else None
     pos = cfg["pos"]
-    rows = math.prod(tiles)
+    rows = cfg["rows"]
     tn = cfg["tn"]
+    cm = cfg["cm"]            # the tile is (channels, rows): the epilogue's space order
     k_id = pl.program_id(pos["k"])
+    contract = (((0,), (1,)), ((), ()))   # (g*tk, tn) x (rows, g*tk) -> (tn, rows)
 
     def window(pin, offs):
         idx = (pin,) + tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)
         return x_ref[idx]
 
+    def mxu(a):
+        return a if cfg["mxu_dtype"] is None else a.astype(cfg["mxu_dtype"])
+
     def compute(p):
+        if cfg["cm_in"]:
+            # pointwise conv on channels-first input: (tk, tn)^T x (tk, rows)
+            return lax.dot_general(mxu(w_ref[0]), mxu(x_ref[...]), (((0,), (0,)), ((), ())),
+                                   preferred_element_type=jnp.float32)
         acc = None
         group = cfg["tap_group"]
         tl = taps[p]
@@ -236,25 +247,39 @@ def _kernel(*refs, cfg):
                 t0 = chunk[0][0]
                 wt = w_ref[pl.ds(t0, len(chunk))]
                 wt = wt.reshape(len(chunk) * wt.shape[1], wt.shape[2])
-                if cfg["mxu_dtype"] is not None:
-                    xs, wt = xs.astype(cfg["mxu_dtype"]), wt.astype(cfg["mxu_dtype"])
-                prod = jnp.dot(xs, wt, preferred_element_type=jnp.float32)
+                if cm:
+                    prod = lax.dot_general(mxu(wt), mxu(xs), contract,
+                                           preferred_element_type=jnp.float32)
+                else:
+                    prod = jnp.dot(mxu(xs), mxu(wt), preferred_element_type=jnp.float32)
             acc = prod if acc is None else acc + prod
         if acc is None:
-            return jnp.zeros((rows, tn), jnp.float32)
-        return acc.reshape(rows, tn)
+            return jnp.zeros((tn, rows) if cm else (rows, tn), jnp.float32)
+        if cfg["depthwise"]:
+            acc = acc.reshape(rows, tn)
+            return _t(acc) if cm else acc
+        return acc
 
     def finish(acc):
         y = acc.astype(cfg["conv_dtype"])
         leaves = []
         for spec, ref in zip(LEAVES, leaf_refs):
             v = ref[...]
-            leaves.append(v.reshape(rows, v.shape[-1]) if spec["kind"] == "full" else v)
+            if spec["kind"] == "full" and not cfg["cm_out"]:
+                v = v.reshape(rows, v.shape[-1])
+                v = _t(v) if cm else v
+            leaves.append(v)
         offsets = (pl.program_id(pos["n"]), 0, pl.program_id(pos["j"]) * tn)
         vals = _epilogue(y, leaves, offsets, cfg["extents"])
         si = 0
         for o, ref, v, pplan in zip(OUTS, out_refs, vals, cfg["pools"]):
             width = tn if o["chan"] else 1
+            if cfg["cm_out"] and o["pool"] is None:
+                v = jnp.broadcast_to(v, (width, rows)) if v.shape != (width, rows) else v
+                ref[...] = v.astype(ref.dtype)
+                continue
+            if cm:
+                v = _t(jnp.broadcast_to(v, (width, rows)) if v.shape != (width, rows) else v)
             v = jnp.broadcast_to(v, (rows, width)) if v.shape != (rows, width) else v
             if pplan is None:
                 ref[...] = v.reshape(tuple(tiles) + (width,)).astype(ref.dtype)
@@ -304,16 +329,26 @@ def _kernel(*refs, cfg):
             pl.when(p_id == p)(branch)
 
 
-def _to_canonical(v, roles, n, spatial, c):
-    """An epilogue operand in the reference's layout as (n, spatial..., c) (broadcast)."""
-    d = len(spatial)
-    order = ["n"] + ["s%d" % i for i in range(d)] + ["c"]
+def _to_order(v, roles, sizes, order):
+    """A value in the reference's layout (axis roles `roles`) with its axes put in `order`
+    (roles "n", "c", "s<i>"), size-1 where it broadcasts; sizes: role -> extent."""
     keep = [i for i, r in enumerate(roles) if r is not None]
     v = v.reshape(tuple(v.shape[i] for i in keep))
     present = [roles[i] for i in keep]
     v = jnp.transpose(v, [present.index(r) for r in order if r in present])
-    full = (n,) + tuple(spatial) + (c,)
-    return v.reshape(tuple(full[j] if order[j] in present else 1 for j in range(d + 2)))
+    return v.reshape(tuple(sizes[r] if r in present else 1 for r in order))
+
+
+def _from_order(v, order, roles):
+    """(axes in `order`) -> the reference's layout of a value with these axis roles."""
+    present = [r for r in roles if r is not None]
+    src = [r for r in order if r in present]
+    v = v.reshape(tuple(v.shape[j] for j, r in enumerate(order) if r in present))
+    v = jnp.transpose(v, [src.index(r) for r in present])
+    shape, it = [], iter(v.shape)
+    for r in roles:
+        shape.append(next(it) if r is not None else 1)
+    return v.reshape(tuple(shape))
 
 
 def _phase_major(v, ldil, q, qp):
@@ -334,7 +369,7 @@ def _phase_major(v, ldil, q, qp):
 def _interleave(v, ldil, sizes):
     """(phases, n, q..., c) -> (n, sizes..., c): the inverse of _phase_major."""
     d = len(ldil)
-    p, n, c = v.shape[0], v.shape[1], v.shape[-1]
+    n, c = v.shape[1], v.shape[-1]
     q = v.shape[2:-1]
     v = v.reshape(tuple(ldil) + (n,) + tuple(q) + (c,))
     perm = (d,) + sum(((d + 1 + i, i) for i in range(d)), ()) + (2 * d + 1,)
@@ -342,44 +377,49 @@ def _interleave(v, ldil, sizes):
     return v[(slice(None),) + tuple(slice(0, s) for s in sizes) + (slice(None),)]
 
 
-def _from_canonical(v, roles, dims):
-    """(n, spatial..., c) -> the reference's layout for a value with these axis roles."""
-    order = ["n"] + ["s%d" % i for i in range(dims)] + ["c"]
-    present = [r for r in roles if r is not None]
-    src = [r for r in order if r in present]
-    v = v.reshape(tuple(v.shape[j] for j, r in enumerate(order) if r in present))
-    v = jnp.transpose(v, [src.index(r) for r in present])
-    shape, it = [], iter(v.shape)
-    for r in roles:
-        shape.append(next(it) if r is not None else 1)
-    return v.reshape(tuple(shape))
+def _pad_to(v, shape):
+    cfg = [(0, t - s, 0) for s, t in zip(v.shape, shape)]
+    return lax.pad(v, jnp.zeros((), v.dtype), cfg) if any(c[1] for c in cfg) else v
 
 
 def _conv_gemm(lhs, rhs, leaves):
     d = len(CONV["strides"])
     ls, rs = CONV["lhs_spec"], CONV["rhs_spec"]
-    x = jnp.transpose(lhs, (ls[0],) + tuple(ls[2:]) + (ls[1],))
-    w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
-    n, spatial_in, cin = x.shape[0], x.shape[1:-1], x.shape[-1]
-    ks, cin_g, cout = w.shape[:d], w.shape[-2], w.shape[-1]
-    groups = CONV["groups"]
     stride, ldil, rdil = CONV["strides"], CONV["lhs_dilation"], CONV["rhs_dilation"]
+    groups = CONV["groups"]
+    n, cin = lhs.shape[ls[0]], lhs.shape[ls[1]]
+    spatial_in = tuple(lhs.shape[a] for a in ls[2:])
+    ks = tuple(rhs.shape[a] for a in rs[2:])
+    cin_g, cout = rhs.shape[rs[1]], rhs.shape[rs[0]]
     if CONV["same"]:
         pads = [_same_pads(spatial_in[i], ks[i], stride[i], rdil[i]) for i in range(d)]
     else:
         pads = [tuple(p) for p in CONV["padding"]]
     depthwise = groups > 1 and cin_g == 1
-    if groups > 1 and not depthwise:
-        w = _block_diagonal(w, groups)
-    if depthwise and cout != cin:
-        x = jnp.repeat(x, cout // cin, axis=-1)
     transposed = any(l > 1 for l in ldil)
-    if transposed:
-        x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
+    cm = CHANNEL_MAJOR
+    # A pointwise conv on channels-first input is a plain matmul per image: no layout change.
+    pointwise = (groups == 1 and not transposed and all(k == 1 for k in ks)
+                 and all(s == 1 for s in stride) and all(p == (0, 0) for p in pads))
+    cm_in = (cm and pointwise and list(ls) == sorted(ls) and ls[1] < min(ls[2:])
+             and all(o["pool"] is None for o in OUTS))
+    w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
+    if cm_in:
+        x = lhs.reshape(n, cin, math.prod(spatial_in))
+        w = w.reshape(1, 1, cin, cout)
+        taps, outs, lph = [[(0, 0, (0,) * d)]], list(spatial_in), [1] * d
     else:
-        fold = 0 if depthwise else int(PARAMS.get("fold", 0))
-        x, w, taps, outs, lph = _plan_direct(x, w, stride, rdil, pads, fold)
-    ck = x.shape[-1]
+        x = jnp.transpose(lhs, (ls[0],) + tuple(ls[2:]) + (ls[1],))
+        if groups > 1 and not depthwise:
+            w = _block_diagonal(w, groups)
+        if depthwise and cout != cin:
+            x = jnp.repeat(x, cout // cin, axis=-1)
+        if transposed:
+            x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
+        else:
+            fold = 0 if depthwise else int(PARAMS.get("fold", 0))
+            x, w, taps, outs, lph = _plan_direct(x, w, stride, rdil, pads, fold)
+    ck = x.shape[1] if cm_in else x.shape[-1]
     p_out = len(taps)
     q = [-(-outs[i] // lph[i]) for i in range(d)]
 
@@ -396,32 +436,45 @@ def _conv_gemm(lhs, rhs, leaves):
                 else:
                     align[i] = align[i] * st // math.gcd(align[i], st)
     tiles, qp = [], []
-    for i in range(d):
-        req = int(PARAMS.get("block_s%d" % i, q[i]))
-        if i < d - 1:
-            t = _leading_tile(q[i], req, align[i]) if not whole[i] else q[i]
-            tiles.append(t)
-            qp.append(_round_up(q[i], t))
-        elif d == 1:
-            t = min(max(sub, req // sub * sub), _round_up(q[i], sub))
-            tiles.append(t)
-            qp.append(_round_up(q[i], t))
-        else:
-            tiles.append(_round_up(q[i], sub))
-            qp.append(tiles[-1])
-    ntiles = [qp[i] // tiles[i] for i in range(d)]
-    halo = [max([offs[i] for tl in taps for _, _, offs in tl] or [0]) for i in range(d)]
-    # Input windows: tile + halo; on the last (sublane) dim a multiple of the tiling.
-    window = [tiles[i] + halo[i] for i in range(d)]
-    if ntiles[d - 1] > 1:
-        window[d - 1] = _round_up(window[d - 1], sub)
-    need = [(ntiles[i] - 1) * tiles[i] + window[i] for i in range(d)]
-    have = x.shape[2:-1]
-    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0)]
-                + [(0, need[i] - have[i], 0) for i in range(d)] + [(0, 0, 0)]) \
-        if any(need[i] > have[i] for i in range(d)) else x
-    x = x[(slice(None), slice(None)) + tuple(slice(0, need[i]) for i in range(d))] \
-        if any(need[i] < have[i] for i in range(d)) else x
+    if cm_in:
+        # rows: the flattened positions, a 128-multiple divisor or all of them
+        r_all = math.prod(spatial_in)
+        req = int(PARAMS.get("block_s0", r_all)) * math.prod(spatial_in[1:])
+        rows = _divisor_tile(r_all, req, 128) if r_all % 128 == 0 else r_all
+        tiles, qp, ntiles = [rows], [r_all], [r_all // rows]
+    else:
+        for i in range(d):
+            req = int(PARAMS.get("block_s%d" % i, q[i]))
+            if i < d - 1:
+                t = _leading_tile(q[i], req, align[i]) if not whole[i] else q[i]
+                tiles.append(t)
+                qp.append(_round_up(q[i], t))
+            elif d == 1:
+                t = min(max(sub, req // sub * sub), _round_up(q[i], sub))
+                tiles.append(t)
+                qp.append(_round_up(q[i], t))
+            else:
+                tiles.append(_round_up(q[i], sub))
+                qp.append(tiles[-1])
+        ntiles = [qp[i] // tiles[i] for i in range(d)]
+        rows = math.prod(tiles)
+        halo = [max([offs[i] for tl in taps for _, _, offs in tl] or [0]) for i in range(d)]
+        # Input windows: tile + halo; on the last (sublane) dim a multiple of the tiling.
+        window = [tiles[i] + halo[i] for i in range(d)]
+        if ntiles[d - 1] > 1:
+            window[d - 1] = _round_up(window[d - 1], sub)
+        need = [(ntiles[i] - 1) * tiles[i] + window[i] for i in range(d)]
+        have = x.shape[2:-1]
+        x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0)]
+                    + [(0, max(0, need[i] - have[i]), 0) for i in range(d)] + [(0, 0, 0)]) \
+            if any(need[i] > have[i] for i in range(d)) else x
+        x = x[(slice(None), slice(None)) + tuple(slice(0, need[i]) for i in range(d))] \
+            if any(need[i] < have[i] for i in range(d)) else x
+    # Channel-major outputs go straight to (n, c, positions) blocks when a tile is a run of
+    # whole trailing rows whose length the lane tiling allows.
+    inner = math.prod(qp[1:]) if not cm_in else 1
+    cm_out = cm and p_out == 1 and (cm_in or (
+        all(tiles[i] == qp[i] for i in range(1, d)) and (rows % 128 == 0 or ntiles[0] == 1)))
 
     if depthwise:
         tn = _lane_tile(cout, int(PARAMS.get("block_n", cout)))
@@ -434,23 +487,30 @@ def _conv_gemm(lhs, rhs, leaves):
         tn = cout
     nj = cout // tn
 
-    names = ["p", "n"] + ["s%d" % i for i in range(d)] + ["j", "k"]
+    dd = 1 if cm_in else d
+    names = ["p", "n"] + ["s%d" % i for i in range(dd)] + ["j", "k"]
     if PARAMS.get("grid_order", "spatial_outer") == "cout_outer":
-        names = ["p", "j", "n"] + ["s%d" % i for i in range(d)] + ["k"]
+        names = ["p", "j", "n"] + ["s%d" % i for i in range(dd)] + ["k"]
     pos = {a: names.index(a) for a in names}
-    extent = dict(p=p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(d)})
+    extent = dict(p=p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
     grid = tuple(extent[a] for a in names)
 
     def sp(g):
-        return tuple(g[pos["s%d" % i]] for i in range(d))
+        return tuple(g[pos["s%d" % i]] for i in range(dd))
 
-    def x_map(*g):
-        chan = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
-        return (g[pos["n"]], 0) + tuple(s * tiles[i] for i, s in enumerate(sp(g))) + (chan,)
+    def chan(width, g):
+        return g[pos["j"]] if width > 1 else 0
 
-    x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
-                          + tuple(pl.Element(window[i]) for i in range(d))
-                          + (pl.Element(tk),), x_map)
+    if cm_in:
+        x_spec = pl.BlockSpec((None, tk, rows), lambda *g: (g[pos["n"]], g[pos["k"]], g[pos["s0"]]))
+    else:
+        def x_map(*g):
+            c0 = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
+            return (g[pos["n"]], 0) + tuple(s * tiles[i] for i, s in enumerate(sp(g))) + (c0,)
+
+        x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
+                              + tuple(pl.Element(window[i]) for i in range(d))
+                              + (pl.Element(tk),), x_map)
     if depthwise:
         w_spec = pl.BlockSpec((None, w.shape[1], 1, tn),
                               lambda *g: (g[pos["p"]], 0, 0, g[pos["j"]]))
@@ -458,41 +518,68 @@ def _conv_gemm(lhs, rhs, leaves):
         w_spec = pl.BlockSpec((None, w.shape[1], tk, tn),
                               lambda *g: (g[pos["p"]], 0, g[pos["k"]], g[pos["j"]]))
 
-    full_shape = tuple(outs)
+    sizes = dict(n=n, c=cout, **{"s%d" % i: outs[i] for i in range(d)})
+    rm_order = ["n"] + ["s%d" % i for i in range(d)] + ["c"]
+    cm_order = ["n", "c"] + ["s%d" % i for i in range(d)]
     in_specs, leaf_arrays = [x_spec, w_spec], []
     for spec, v in zip(LEAVES, leaves):
         width = cout if "c" in spec["roles"] else 1
-        canon = _to_canonical(v, spec["roles"], n, full_shape, cout)
         lw = tn if width > 1 else 1
         if spec["kind"] == "row":
-            arr = canon.reshape(1, width)
-            bs = pl.BlockSpec((1, lw), (lambda *g: (0, g[pos["j"]])) if width > 1
-                              else (lambda *g: (0, 0)))
+            arr = _to_order(v, spec["roles"], sizes, ["c"])
+            if cm:
+                arr = arr.reshape(width, 1)
+                bs = pl.BlockSpec((lw, 1), lambda *g, width=width: (chan(width, g), 0))
+            else:
+                arr = arr.reshape(1, width)
+                bs = pl.BlockSpec((1, lw), lambda *g, width=width: (0, chan(width, g)))
         elif spec["kind"] == "nrow":
-            arr = jnp.broadcast_to(canon.reshape(canon.shape[0], 1, width), (n, 1, width))
-            bs = pl.BlockSpec((None, 1, lw), (lambda *g: (g[pos["n"]], 0, g[pos["j"]]))
-                              if width > 1 else (lambda *g: (g[pos["n"]], 0, 0)))
+            arr = _to_order(v, spec["roles"], sizes, ["n", "c"])
+            arr = jnp.broadcast_to(arr, (n, width))
+            if cm:
+                arr = arr.reshape(n, width, 1)
+                bs = pl.BlockSpec((None, lw, 1),
+                                  lambda *g, width=width: (g[pos["n"]], chan(width, g), 0))
+            else:
+                arr = arr.reshape(n, 1, width)
+                bs = pl.BlockSpec((None, 1, lw),
+                                  lambda *g, width=width: (g[pos["n"]], 0, chan(width, g)))
+        elif cm_out:
+            arr = _to_order(v, spec["roles"], sizes, cm_order)
+            arr = jnp.broadcast_to(arr, (n, width) + tuple(outs))
+            if not cm_in:
+                arr = _pad_to(arr, (n, width) + tuple(qp))
+            arr = arr.reshape(1, n, width, math.prod(qp))
+            bs = pl.BlockSpec((None, None, lw, rows),
+                              lambda *g, width=width: (0, g[pos["n"]], chan(width, g),
+                                                       g[pos["s0"]]))
         else:
-            arr = jnp.broadcast_to(canon, (n,) + full_shape + (width,))
+            arr = _to_order(v, spec["roles"], sizes, rm_order)
+            arr = jnp.broadcast_to(arr, (n,) + tuple(outs) + (width,))
             arr = _phase_major(arr, lph, q, qp)
             bs = pl.BlockSpec((None, None) + tuple(tiles) + (lw,),
-                              (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (g[pos["j"]],))
-                              if width > 1 else
-                              (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (0,)))
+                              lambda *g, width=width: (g[pos["p"]], g[pos["n"]]) + sp(g)
+                              + (chan(width, g),))
         leaf_arrays.append(arr)
         in_specs.append(bs)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
     if nk > 1:
-        scratch.append(pltpu.VMEM((math.prod(tiles), tn), jnp.float32))
+        scratch.append(pltpu.VMEM((tn, rows) if cm else (rows, tn), jnp.float32))
     pool_scratch = []
     for o in OUTS:
         width = cout if o["chan"] else 1
         lw = tn if o["chan"] else 1
         pplan = None
-        if o["pool"] is not None and not transposed:
+        if o["pool"] is not None and not transposed and not cm_in:
             pplan = _pool_plan(o["pool"], tiles, q, qp, sub, ntiles)
         pools.append(pplan)
+        if cm_out and o["pool"] is None:
+            out_shapes.append(jax.ShapeDtypeStruct((1, n, width, math.prod(qp)), o["dtype"]))
+            out_specs.append(pl.BlockSpec(
+                (None, None, lw, rows),
+                lambda *g, width=width: (0, g[pos["n"]], chan(width, g), g[pos["s0"]])))
+            continue
         if pplan is None:
             ext, blk = tuple(qp), tuple(tiles)
         else:
@@ -502,8 +589,7 @@ def _conv_gemm(lhs, rhs, leaves):
         out_shapes.append(jax.ShapeDtypeStruct((p_out, n) + ext + (width,), o["dtype"]))
         out_specs.append(pl.BlockSpec(
             (None, None) + blk + (lw,),
-            (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (g[pos["j"]],)) if o["chan"]
-            else (lambda *g: (g[pos["p"]], g[pos["n"]]) + sp(g) + (0,))))
+            lambda *g, width=width: (g[pos["p"]], g[pos["n"]]) + sp(g) + (chan(width, g),)))
     scratch += pool_scratch
 
     mxu = None
@@ -511,7 +597,7 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group,
+               tap_group=group, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                mxu_dtype=mxu, conv_dtype=jnp.dtype(CONV["out_dtype"]), pools=pools, q=q, qp=qp,
                extents=(n, math.prod(outs), cout))
     semantics = tuple("arbitrary" if a == "k" else "parallel" for a in names)
@@ -536,6 +622,12 @@ def _conv_gemm(lhs, rhs, leaves):
 
     finals = []
     for o, r, pplan in zip(OUTS, results, pools):
+        if cm_out and o["pool"] is None:
+            v = r[0].reshape((n, r.shape[2]) + tuple(outs if cm_in else qp))
+            if not cm_in:
+                v = v[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
+            finals.append(_from_order(v, cm_order, o["roles"]))
+            continue
         if pplan is None:
             v = r[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
             v = _interleave(v, lph, outs) if transposed else v[0]
@@ -543,7 +635,7 @@ def _conv_gemm(lhs, rhs, leaves):
                 v = _pool_outside(v, o["pool"])
         else:
             v = r[0][(slice(None),) + tuple(slice(0, pp[7]) for pp in pplan)]
-        finals.append(_from_canonical(v, o["roles"], d))
+        finals.append(_from_order(v, rm_order, o["roles"]))
     return finals
 
 

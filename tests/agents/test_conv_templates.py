@@ -1,0 +1,193 @@
+"""The conv_gemm template of the expert brain end to end: small native specs whose references
+spell a convolution in different ways (lax.conv_general_dilated with NHWC or NCHW dimension
+numbers, lax.conv, lax.conv_transpose, a 1-D conv with rhs dilation, feature_group_count for a
+depthwise conv, a pointwise conv) with epilogues (bias, batchnorm affine, activations, a
+residual, a layernorm over channels, a max pool) go through the built `maxkernel template`,
+and the rendered kernel through `maxkernel check` (lowered for TPU, tested in interpret mode
+against the reference). A reference without a convolution is refused."""
+import json
+import os
+import pathlib
+import subprocess
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
+
+
+def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
+    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
+    lines += [f"  - {i}" for i in inputs]
+    lines.append("reference: |")
+    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
+    lines.append(f"tolerance: {tolerance}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(*args, timeout=600):
+    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def template_and_check(tmp_path, spec, params=None):
+    kernel = tmp_path / "kernel.py"
+    args = ["template", spec, "--name", "conv_gemm", "--out", kernel, "--json", "-"]
+    if params:
+        args += ["--params", json.dumps(params)]
+    t = run(*args)
+    assert t.returncode == 0, t.stderr
+    matched = json.loads(t.stdout)
+    assert matched["template"] == "conv_gemm", matched
+    source = kernel.read_text()
+    assert source.startswith("# maxkernel expert template: conv_gemm")
+    assert "pl.pallas_call(" in source
+    c = run("check", spec, kernel, "--json", "-")
+    result = json.loads(c.stdout)
+    phases = {p["phase"]: p for p in result["phases"]}
+    assert c.returncode == 0, (phases, source)
+    assert result["correct"] is True
+    summary = next(m["summary"] for m in matched["matches"] if m["template"] == "conv_gemm")
+    return matched, summary, source
+
+
+def test_nhwc_conv_bias_relu_maxpool_fused(tmp_path):
+    spec = write_spec(tmp_path, "nhwc_pool", "{B: 2, H: 8, W: 16, CI: 8, CO: 16}", [
+        "{name: x, shape: [B, H, W, CI], dtype: bfloat16}",
+        "{name: w, shape: [3, 3, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: b, shape: [CO], dtype: bfloat16}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                             preferred_element_type=jnp.float32)
+            y = jax.nn.relu(y + b.astype(jnp.float32))
+            y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+            return y.astype(x.dtype)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec, {"block_s0": 4})
+    assert "2D conv 3x3 stride 1x1, 8 -> 16 channels" in summary
+    assert "+ max pool" in summary and "epilogue(" in summary
+    # the pool and the cast after it run in the kernel: nothing is left for jnp
+    assert "op(s) after as jnp" not in summary
+    assert "CHANNEL_MAJOR = False" in source
+
+
+def test_lax_conv_nchw_stride2_batchnorm_leaky_relu(tmp_path):
+    # lax.conv: NCHW / OIHW, here with stride 2 and explicit padding, f32 inputs
+    spec = write_spec(tmp_path, "nchw_bn", "{B: 2, C: 8, H: 12, W: 12, CO: 16}", [
+        "{name: x, shape: [B, C, H, W], dtype: float32}",
+        "{name: w, shape: [CO, C, 3, 3], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: gamma, shape: [CO], dtype: float32}",
+        "{name: beta, shape: [CO], dtype: float32}",
+        "{name: mean, shape: [CO], dtype: float32}",
+        "{name: var, shape: [CO], dtype: float32, generator: {uniform: {low: 0.5, high: 1.5}}}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, gamma, beta, mean, var):
+            y = jax.lax.conv(x, w, (2, 2), [(1, 1), (1, 1)])
+            y = (y - mean[None, :, None, None]) / jnp.sqrt(var[None, :, None, None] + 1e-5)
+            y = y * gamma.reshape(1, -1, 1, 1) + beta.reshape(1, -1, 1, 1)
+            return jnp.where(y >= 0, y, 0.1 * y)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert "stride 2x2, 8 -> 16 channels" in summary and "epilogue(" in summary
+    # channels come first in the output: the tile is computed and stored channel-major
+    assert "CHANNEL_MAJOR = True" in source
+
+
+def test_depthwise_conv_layernorm_over_channels(tmp_path):
+    spec = write_spec(tmp_path, "dw_ln", "{B: 2, H: 8, W: 8, C: 128}", [
+        "{name: x, shape: [B, H, W, C], dtype: bfloat16}",
+        "{name: dw, shape: [5, 5, 1, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: g, shape: [C], dtype: float32}",
+        "{name: bb, shape: [C], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, dw, g, bb):
+            y = jax.lax.conv_general_dilated(
+                x, dw, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=x.shape[-1], preferred_element_type=jnp.float32)
+            mu = y.mean(-1, keepdims=True)
+            var = jnp.mean(jnp.square(y - mu), -1, keepdims=True)
+            return ((y - mu) * jax.lax.rsqrt(var + 1e-6) * g + bb).astype(x.dtype)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert summary.startswith("depthwise 2D conv 5x5 stride 2x2")
+    # the layernorm reduces over the channels: one tile holds them all
+    assert matched["facts"]["all_channels"] is True
+    assert "reduce_sum" in summary
+
+
+def test_conv_transpose_and_pointwise_residual(tmp_path):
+    # a transposed conv (lhs dilation) runs as one stride-1 conv per output phase
+    spec = write_spec(tmp_path, "convt", "{B: 2, H: 6, W: 8, CI: 16, CO: 8}", [
+        "{name: x, shape: [B, H, W, CI], dtype: float32}",
+        "{name: w, shape: [4, 4, CI, CO], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            y = jax.lax.conv_transpose(x, w, (2, 2), "SAME",
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            return jax.nn.relu(y)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert summary.startswith("transposed 2D conv 4x4 stride 2x2")
+
+    # a 1x1 conv on NCHW is a matmul per image on channels-first blocks: no layout change
+    spec = write_spec(tmp_path, "pointwise", "{B: 2, CI: 16, CO: 128, H: 8, W: 16}", [
+        "{name: x, shape: [B, CI, H, W], dtype: bfloat16}",
+        "{name: w, shape: [CO, CI, 1, 1], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: s, shape: [CO], dtype: float32}",
+        "{name: r, shape: [B, CO, H, W], dtype: bfloat16}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, s, r):
+            y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                             dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                             preferred_element_type=jnp.float32)
+            y = y * s[None, :, None, None] + r.astype(jnp.float32)
+            return jax.nn.relu(y).astype(r.dtype)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert summary.startswith("2D conv 1x1 stride 1x1, 16 -> 128 channels")
+    assert "CHANNEL_MAJOR = True" in source
+
+
+def test_atrous_conv1d_and_refusal(tmp_path):
+    # 1-D, channels-first, rhs dilation 2 (atrous), GELU after the bias
+    spec = write_spec(tmp_path, "conv1d", "{B: 2, C: 8, L: 64, CO: 16}", [
+        "{name: x, shape: [B, C, L], dtype: float32}",
+        "{name: w, shape: [CO, C, 3], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: b, shape: [CO], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jax.lax.conv_general_dilated(x, w, (1,), [(2, 2)], rhs_dilation=(2,),
+                                             dimension_numbers=("NCH", "OIH", "NCH"))
+            return jax.nn.gelu(y + b[None, :, None])
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert "1D conv 3 stride 1 dilation 2" in summary
+
+    # no convolution: conv_gemm refuses (and says so)
+    spec = write_spec(tmp_path, "matmul", "{M: 64, K: 128, N: 128}", [
+        "{name: x, shape: [M, K], dtype: bfloat16}",
+        "{name: w, shape: [K, N], dtype: bfloat16}"], """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            return jnp.maximum(x @ w, 0)
+        """)
+    t = run("template", spec, "--name", "conv_gemm", "--json", "-")
+    assert t.returncode == 2
+    out = json.loads(t.stdout)
+    assert all(m["template"] != "conv_gemm" for m in out["matches"])
+    assert "does not match" in t.stderr
