@@ -28,8 +28,10 @@ struct gemm {
   int a = -1, b = -1;          // graph inputs
   bool a_kmajor = false;       // A stored [K..., M...]
   bool b_kmajor = true;        // B stored [K..., N...]
-  int a_free = 0, b_free = 0;  // free dims of each
-  int64_t m = 1, n = 1, k = 1;
+  int a_free = 0, b_free = 0;  // free dims of each (in the matrix part)
+  int b_group = 0;             // leading dims of B the output leads with (A shared by them)
+  int64_t m = 1, n = 1, k = 1, groups = 1;
+  std::vector<std::vector<std::pair<int, int>>> out_dims;  // per output dim: (input, dim)s
   double scale = 1.0;
   std::string mxu_dtype, out_dtype, a_dtype, b_dtype;
 };
@@ -61,68 +63,144 @@ bool as_gemm(const graph_view& g, const value_ref& out, gemm& r, std::string& wh
     why = "a matmul with batch dims or no contraction";
     return false;
   }
-  operand_trace side[2] = {trace_operand(g, g.operand(dot, 0)), trace_operand(g, g.operand(dot, 1))};
+  // Each side: the input it reads, and per dim of the dot operand the input dims it is (a
+  // reshape that merges whole dims, x.reshape(-1, k), makes one dim of several).
+  operand_trace side[2];
+  std::vector<std::vector<int>> runs[2];
+  for (int sd = 0; sd < 2; ++sd) {
+    auto t = trace_operand(g, g.operand(dot, static_cast<unsigned>(sd)));
+    runs[sd].assign(t.dims.size(), {});
+    if (t.source.is_node() && g.primitive(t.source.id) == "reshape") {
+      auto inner = trace_operand(g, g.operand(t.source.id, 0));
+      auto si = g.shape(g.operand(t.source.id, 0)), so = g.shape(t.source);
+      std::vector<std::vector<int>> merged(so.size());
+      size_t q = 0;
+      for (size_t j = 0; j < so.size(); ++j) {
+        int64_t prod = 1;
+        while (q < si.size() && (prod < so[j] || (si[q] == 1 && prod == so[j] && so[j] != 1))) {
+          prod *= si[q];
+          merged[j].push_back(inner.dims[q]);
+          ++q;
+        }
+        if (prod != so[j]) {
+          why = "a reshape that splits dims";
+          return false;
+        }
+      }
+      if (q != si.size() || !inner.source.is_input()) {
+        why = "a reshape of a computed value";
+        return false;
+      }
+      for (size_t d = 0; d < t.dims.size(); ++d)
+        runs[sd][d] = merged[static_cast<size_t>(t.dims[d])];
+      t.scale *= inner.scale;
+      t.source = inner.source;
+      if (is_float_dtype(inner.narrowest) && dtype_bytes(inner.narrowest) < dtype_bytes(t.narrowest))
+        t.narrowest = inner.narrowest;
+    } else {
+      for (size_t d = 0; d < t.dims.size(); ++d)
+        runs[sd][d] = {t.dims[d]};
+    }
+    side[sd] = t;
+  }
   std::vector<int> contr[2] = {lc, rc};
-  for (auto& s : side)
-    if (!s.source.is_input()) {
+  for (auto& sdt : side)
+    if (!sdt.source.is_input()) {
       why = "a matmul operand is computed, not an input";
       return false;
     }
-  // Free dims of each side in dot order, mapped to the input's stored dims.
-  std::vector<int> free_in[2], contr_in[2];
-  for (int s = 0; s < 2; ++s) {
-    auto rank = static_cast<int>(side[s].dims.size());
+  // Free dims of each side in dot order (dot-level), and their input dims.
+  std::vector<int> free_dot[2], free_in[2], contr_in[2];
+  for (int sd = 0; sd < 2; ++sd) {
+    auto rank = static_cast<int>(side[sd].dims.size());
     for (int d = 0; d < rank; ++d)
-      if (std::find(contr[s].begin(), contr[s].end(), d) == contr[s].end())
-        free_in[s].push_back(side[s].dims[static_cast<size_t>(d)]);
-    for (int d : contr[s])
-      contr_in[s].push_back(side[s].dims[static_cast<size_t>(d)]);
+      if (std::find(contr[sd].begin(), contr[sd].end(), d) == contr[sd].end()) {
+        free_dot[sd].push_back(d);
+        for (int x : runs[sd][static_cast<size_t>(d)])
+          free_in[sd].push_back(x);
+      }
+    for (int d : contr[sd])
+      for (int x : runs[sd][static_cast<size_t>(d)])
+        contr_in[sd].push_back(x);
   }
   // Output dim i -> (side, position among that side's free dims).
-  auto nl = static_cast<int>(free_in[0].size());
+  auto nl = static_cast<int>(free_dot[0].size());
   std::vector<std::pair<int, int>> out_dims;
   for (int d : ot.dims)
     out_dims.push_back(d < nl ? std::pair{0, d} : std::pair{1, d - nl});
-  // The output must be [free of X in order..., free of Y in order...].
-  int first = out_dims.empty() ? 0 : out_dims[0].first;
-  int lead = first == 0 ? nl : static_cast<int>(free_in[1].size());
-  for (size_t i = 0; i < out_dims.size(); ++i) {
-    int want_side = static_cast<int>(i) < lead ? first : 1 - first;
-    int want_pos = static_cast<int>(i) < lead ? static_cast<int>(i) : static_cast<int>(i) - lead;
-    if (out_dims[i] != std::pair{want_side, want_pos}) {
-      why = "the output's dims interleave the operands' free dims";
+  // The output must be [free of X..., free of Y...], or [group dims of Y..., free of X...,
+  // the rest of Y's free dims...] (Y's leading dims a batch that X is shared by).
+  size_t i = 0;
+  int out_run[3] = {-1, -1, -1};
+  size_t ends[3] = {0, 0, 0};
+  for (int rn = 0; rn < 3 && i < out_dims.size(); ++rn) {
+    out_run[rn] = out_dims[i].first;
+    while (i < out_dims.size() && out_dims[i].first == out_run[rn])
+      ++i;
+    ends[rn] = i;
+  }
+  if (i != out_dims.size() || out_run[1] < 0 || (out_run[2] >= 0 && out_run[2] != out_run[0])) {
+    why = "the output's dims interleave the operands' free dims";
+    return false;
+  }
+  int x = out_run[2] < 0 ? out_run[0] : out_run[1];
+  int y = 1 - x;
+  size_t group = out_run[2] < 0 ? 0 : ends[0];
+  // positions run 0.. in each side's free-dim order
+  {
+    std::vector<int> seen_pos[2];
+    for (auto [sd, pos] : out_dims)
+      seen_pos[sd].push_back(pos);
+    for (int sd = 0; sd < 2; ++sd)
+      for (size_t q = 0; q < seen_pos[sd].size(); ++q)
+        if (seen_pos[sd][q] != static_cast<int>(q)) {
+          why = "the output reorders an operand's free dims";
+          return false;
+        }
+  }
+  // Y's group dims lead its stored layout, in order; the matrix part follows.
+  std::vector<int> group_in;
+  for (size_t q = 0; q < group; ++q)
+    for (int d : runs[y][static_cast<size_t>(free_dot[y][q])])
+      group_in.push_back(d);
+  for (size_t q = 0; q < group_in.size(); ++q)
+    if (group_in[q] != static_cast<int>(q)) {
+      why = "an operand's group dims do not lead its layout";
       return false;
     }
-  }
+  free_in[y].erase(free_in[y].begin(), free_in[y].begin() + static_cast<long>(group_in.size()));
   // Stored order: free dims increasing and contiguous, contracted dims contiguous, paired in
   // the same order on both sides, and free and contracted blocks at opposite ends.
   bool kmajor[2];
-  for (int s = 0; s < 2; ++s) {
-    if (!std::is_sorted(free_in[s].begin(), free_in[s].end()) || !contiguous(free_in[s]) ||
-        !contiguous(contr_in[s])) {
+  for (int sd = 0; sd < 2; ++sd) {
+    if (!std::is_sorted(free_in[sd].begin(), free_in[sd].end()) || !contiguous(free_in[sd]) ||
+        !contiguous(contr_in[sd])) {
       why = "an operand's free or contracted dims are not contiguous in its layout";
       return false;
     }
-    kmajor[s] = free_in[s].empty() || (!contr_in[s].empty() && contr_in[s][0] < free_in[s][0]);
+    kmajor[sd] = free_in[sd].empty() || (!contr_in[sd].empty() && contr_in[sd][0] < free_in[sd][0]);
   }
   std::vector<size_t> order(lc.size());
   std::iota(order.begin(), order.end(), 0);
+  auto first_of = [&](int sd, size_t c) { return runs[sd][static_cast<size_t>(contr[sd][c])].front(); };
   std::sort(order.begin(), order.end(),
-            [&](size_t x, size_t y) { return contr_in[0][x] < contr_in[0][y]; });
+            [&](size_t u, size_t v) { return first_of(0, u) < first_of(0, v); });
   for (size_t i = 1; i < order.size(); ++i)
-    if (contr_in[1][order[i]] < contr_in[1][order[i - 1]]) {
+    if (first_of(1, order[i]) < first_of(1, order[i - 1])) {
       why = "contracted dims pair up in different orders";
       return false;
     }
-  int x = first, y = 1 - first;
   r.a = side[x].source.id;
   r.b = side[y].source.id;
   r.a_kmajor = kmajor[x];
   r.b_kmajor = kmajor[y];
   r.a_free = static_cast<int>(free_in[x].size());
   r.b_free = static_cast<int>(free_in[y].size());
+  r.b_group = static_cast<int>(group);
   auto sa = g.shape(side[x].source), sb = g.shape(side[y].source);
-  r.m = r.n = r.k = 1;
+  r.m = r.n = r.k = r.groups = 1;
+  for (int d : group_in)
+    r.groups *= sb[static_cast<size_t>(d)];
   for (int d : free_in[x])
     r.m *= sa[static_cast<size_t>(d)];
   for (int d : free_in[y])
@@ -140,6 +218,12 @@ bool as_gemm(const graph_view& g, const value_ref& out, gemm& r, std::string& wh
     return false;
   }
   r.mxu_dtype = na == nb ? na : "float32";
+  for (auto [sd, pos] : out_dims) {
+    std::vector<std::pair<int, int>> dims;  // (input, dim)
+    for (int d : runs[sd][static_cast<size_t>(free_dot[sd][static_cast<size_t>(pos)])])
+      dims.push_back({side[sd].source.id, d});
+    r.out_dims.push_back(dims);
+  }
   r.out_dtype = g.dtype(out);
   return true;
 }
@@ -159,34 +243,46 @@ aligns alignment(const nlohmann::json& p) {
   return {ak ? 128 : sa, 128, (ak && bk) ? std::max(sa, sb) : 128};
 }
 
+// Two names over one kernel: "matmul_backward" takes references with two or more GEMM
+// outputs; "shared_operand_matmul" a single GEMM whose B carries leading batch dims that A
+// is shared by (einsum mk,dkn->dmn: each device's shard of an all-gather matmul), which the
+// plain matmul family (batch dims on both operands) does not take.
 class matmul_backward_template final : public kernel_template {
 public:
-  std::string name() const override { return "matmul_backward"; }
+  explicit matmul_backward_template(bool shared) : shared_(shared) {}
+  std::string name() const override {
+    return shared_ ? "shared_operand_matmul" : "matmul_backward";
+  }
   std::string covers() const override {
-    return "several GEMMs of the inputs in one module, operands read transposed or not "
-           "(the backward pass of a dense layer: dX = dY W^T, dW = X^T dY)";
+    return shared_ ? "one GEMM whose B has leading batch dims that A is shared by (out[d] = "
+                     "X @ W[d]: the all-gather matmul written as one program)"
+                   : "several GEMMs of the inputs in one module, operands read transposed or "
+                     "not (the backward pass of a dense layer: dX = dY W^T, dW = X^T dY)";
   }
 
   std::optional<template_match> match(const graph_view& g,
                                       schema::KernelSpec::Reader spec) const override {
-    if (g.output_count() < 2)
-      return std::nullopt;  // one GEMM is the matmul family's
+    if (shared_ ? g.output_count() != 1 : g.output_count() < 2)
+      return std::nullopt;  // one plain GEMM is the matmul family's
     nlohmann::json products = nlohmann::json::array();
     std::string summary;
     for (unsigned o = 0; o < g.output_count(); ++o) {
       gemm r;
       std::string why;
-      if (!as_gemm(g, g.output(o), r, why))
+      if (!as_gemm(g, g.output(o), r, why) || (shared_ && r.b_group == 0))
         return std::nullopt;
       products.push_back({{"a", r.a}, {"b", r.b}, {"a_kmajor", r.a_kmajor},
                           {"b_kmajor", r.b_kmajor}, {"a_free", r.a_free}, {"b_free", r.b_free},
+                          {"b_group", r.b_group}, {"groups", r.groups}, {"out_dims", r.out_dims},
                           {"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", r.scale},
                           {"mxu_dtype", r.mxu_dtype}, {"out_dtype", r.out_dtype},
                           {"a_dtype", r.a_dtype}, {"b_dtype", r.b_dtype}});
-      summary += fmt::format("{}out{} = {}{}{} @ {}{} ({}x{}x{}, {})", o ? "; " : "", o,
+      summary += fmt::format("{}out{} = {}{}{} @ {}{}{} ({}x{}x{}, {})", o ? "; " : "", o,
                              r.scale != 1.0 ? fmt::format("{:g} * ", r.scale) : "",
                              "in" + std::to_string(r.a), r.a_kmajor ? "^T" : "",
-                             "in" + std::to_string(r.b), r.b_kmajor ? "" : "^T", r.m, r.k, r.n,
+                             "in" + std::to_string(r.b), r.b_kmajor ? "" : "^T",
+                             r.b_group ? fmt::format(" per each of {} batches of B", r.groups) : "",
+                             r.m, r.k, r.n,
                              r.mxu_dtype);
     }
     template_match m;
@@ -236,11 +332,11 @@ public:
     for (size_t j = 0; j < prods.size(); ++j) {
       auto al = alignment(prods[j]);
       int call = static_cast<int>(j);
-      ts.push_back({fmt::format("bm{}", j), tunable::kind::block, prods[j]["m"], al.m, 0, call,
+      ts.push_back({fmt::format("bm{}", j), tunable::kind::block, prods[j]["m"], al.m, 1, call,
                     false, {}, fmt::format("rows of output {} per block", j)});
-      ts.push_back({fmt::format("bn{}", j), tunable::kind::block, prods[j]["n"], al.n, 1, call,
+      ts.push_back({fmt::format("bn{}", j), tunable::kind::block, prods[j]["n"], al.n, 2, call,
                     false, {}, fmt::format("columns of output {} per block", j)});
-      ts.push_back({fmt::format("bk{}", j), tunable::kind::block, prods[j]["k"], al.k, 2, call,
+      ts.push_back({fmt::format("bk{}", j), tunable::kind::block, prods[j]["k"], al.k, 3, call,
                     true, {}, fmt::format("contracted elements of output {} per step", j)});
       ts.push_back({fmt::format("order{}", j), tunable::kind::choice, 0, 1, -1, call, false,
                     {"mn", "nm"}, "grid order of rows and columns (which operand stays put)"});
@@ -292,15 +388,25 @@ public:
     }
     const auto& sig = m.facts["signature"];
     nlohmann::json py = nlohmann::json::array();
-    std::string returns;
+    std::string returns, out_shapes = "[\n";
     for (size_t j = 0; j < prods.size(); ++j) {
       const auto& pr = prods[j];
       py.push_back({{"a", sig["graph_inputs"][pr["a"].get<size_t>()]},
                     {"b", sig["graph_inputs"][pr["b"].get<size_t>()]},
                     {"a_kmajor", pr["a_kmajor"]}, {"b_kmajor", pr["b_kmajor"]},
+                    {"a_group", 0}, {"b_group", pr.value("b_group", 0)},
                     {"a_free", pr["a_free"]}, {"b_free", pr["b_free"]}, {"scale", pr["scale"]},
                     {"mxu_dtype", pr["mxu_dtype"]}, {"out_dtype", pr["out_dtype"]}});
       returns += fmt::format("{}outs[{}]", j ? ", " : "", j);
+      std::string shape;
+      for (const auto& od : pr["out_dims"]) {
+        std::string dim;
+        for (const auto& id : od)
+          dim += fmt::format("{}i[{}].shape[{}]", dim.empty() ? "" : " * ",
+                             sig["graph_inputs"][id[0].get<size_t>()].get<int>(), id[1].get<int>());
+        shape += (dim.empty() ? std::string("1") : dim) + ", ";
+      }
+      out_shapes += "    lambda i: (" + shape + "),\n";
     }
     std::string py_params = params.dump();
     return fill_template("matmul_backward.py",
@@ -308,16 +414,24 @@ public:
                           {"params", python_literal(params)},
                           {"products", python_literal(py)},
                           {"args", sig["args"].get<std::string>()},
+                          {"out_shapes", out_shapes + "]"},
                           {"returns", returns}},
                          source, error);
   }
 
+
+private:
+  bool shared_;
 };
 
 }  // namespace
 
 template_ptr make_matmul_backward_template() {
-  return std::make_shared<matmul_backward_template>();
+  return std::make_shared<matmul_backward_template>(false);
+}
+
+template_ptr make_shared_operand_matmul_template() {
+  return std::make_shared<matmul_backward_template>(true);
 }
 
 }  // namespace maxkernel::agents::expert

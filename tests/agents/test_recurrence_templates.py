@@ -347,6 +347,34 @@ def test_matmul_backward_refuses_elementwise_between(tmp_path):
     assert "matmul_backward" not in matches(spec)
 
 
+def test_shared_operand_matmul_allgather(tmp_path):
+    # out[d] = concat(x[0..D-1]) @ w[d]: the all-gather matmul written as one program
+    inputs = ["{name: x, shape: [DEV, MS, K], dtype: bfloat16}",
+              "{name: w, shape: [DEV, K, NS], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}"]
+    spec = write_spec(tmp_path, "allgather_mm", "{DEV: 2, MS: 64, K: 256, NS: 256}", inputs, """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            gathered = x.reshape(-1, x.shape[-1])
+            return jnp.einsum("mk,dkn->dmn", gathered, w,
+                              preferred_element_type=jnp.float32).astype(x.dtype)
+        """)
+    matched, result, source = template_and_check(tmp_path, spec, "shared_operand_matmul",
+                                                 {"bm0": 128, "bn0": 128, "bk0": 128})
+    assert "per each of 2 batches of B" in matched["matches"][0]["summary"]
+    # a plain single matmul stays the matmul family's
+    plain = write_spec(tmp_path, "plain_mm", "{M: 128, K: 256, N: 256}",
+                       ["{name: x, shape: [M, K], dtype: bfloat16}",
+                        "{name: w, shape: [K, N], dtype: bfloat16}"], """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            return x @ w
+        """)
+    found = matches(plain)
+    assert "shared_operand_matmul" not in found and "matmul_backward" not in found, found
+
+
 # ---------------------------------------------------------------------------- attention backward
 
 QKVD = QKV + ["{name: d_out, shape: [B, H, S, D], dtype: bfloat16}"]
