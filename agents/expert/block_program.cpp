@@ -1418,6 +1418,8 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
                  : ".astype(jnp.float32)";
       else if (k == 'i')
         e += ".astype(jnp.int32)";
+      else
+        e = "(" + e + " != 0)";  // bools travel as int32 blocks
       c += fmt::format("    s{} = {}\n", i, e);
     }
   for (size_t j = 0; j < out_.operands.size(); ++j) {
@@ -1430,6 +1432,8 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
       e = "jnp.asarray(" + e + ").astype(jnp.float32)";
     else if (k == 'i')
       e = "jnp.asarray(" + e + ").astype(jnp.int32)";
+    else
+      e = "(jnp.asarray(" + e + ") != 0)";  // bools travel as int32 blocks
     c += fmt::format("    {} = {}\n", name, e);
   }
   if (with_seeds) {

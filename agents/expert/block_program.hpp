@@ -42,7 +42,8 @@
 //   def <name>(seeds, extras, offsets, extents):   # -> list of outputs
 //
 // seeds: the seed blocks in request order; extras: per operand, its block in the same form
-// (a scalar operand: a scalar); offsets[a]: global index of the block's first element along
+// (a scalar operand: a scalar; a bool operand may come as ints, nonzero meaning true);
+// offsets[a]: global index of the block's first element along
 // space axis a (program_id * block); extents[a]: the full size of axis a (a Python int at
 // trace time). Outputs come back in that form, f32 / int32 / bool: the template casts to the
 // output dtype when it stores. A reduction along an axis needs the block to span it whole

@@ -140,7 +140,7 @@ bool contiguous(const std::vector<int>& run) {
 
 // Reads one side of a dot: its source input, where batch / free / contracting dims sit.
 bool read_side(const graph_view& g, int dot, unsigned which, const std::vector<int>& batch,
-               int contracting, dot_side& side, std::string& why) {
+               int contracting, dot_side& side, std::string& why, unsigned role) {
   view_trace t;
   if (!trace_view(g, g.operand(dot, which), t)) {
     why = "a dot operand is not a graph input behind casts, transposes and merging reshapes";
@@ -176,7 +176,7 @@ bool read_side(const graph_view& g, int dot, unsigned which, const std::vector<i
                 side.k.front() == nb + static_cast<int>(side.free.size());
   bool k_first = side.k.front() == nb && (side.free.empty() || side.free.back() == rank - 1) &&
                  nb + static_cast<int>(side.k.size() + side.free.size()) == rank;
-  if (which == 0)
+  if (role == 0)
     side.layout = k_last ? "mk" : k_first ? "km" : "";
   else
     side.layout = k_first ? "kn" : k_last ? "nk" : "";
@@ -208,6 +208,7 @@ public:
     std::vector<dot_side> lhs(dots.size()), rhs(dots.size());
     std::vector<int64_t> shape0;
     int64_t k0 = -1;
+    std::vector<int> seeds(dots.size());
     for (size_t d = 0; d < dots.size(); ++d) {
       int id = dots[d];
       if (g.in_loop(id))
@@ -220,12 +221,36 @@ public:
       // One contracting dim each (several would need a reshape of the operands).
       if (lc.size() != 1 || rc.size() != 1 || lb.size() != rb.size())
         return std::nullopt;
-      if (!read_side(g, id, 0, lb, lc[0], lhs[d], why) ||
-          !read_side(g, id, 1, rb, rc[0], rhs[d], why))
+      // A dot whose only use is a transpose swapping its free dims ((x @ w).T, einsum
+      // "mk,kn->nm") is computed as the swapped product: out.T = w.T @ x.T.
+      seeds[d] = id;
+      bool swapped = false;
+      if (g.consumers(id).size() == 1 && g.primitive(g.consumers(id)[0]) == "transpose") {
+        int t = g.consumers(id)[0];
+        auto perm = g.params(t).value("permutation", std::vector<int>{});
+        int nb = static_cast<int>(lb.size());
+        int fl = static_cast<int>(g.shape(g.operand(id, 0)).size()) - nb - 1;
+        int fr = static_cast<int>(g.shape(g.operand(id, 1)).size()) - nb - 1;
+        std::vector<int> want;
+        for (int i = 0; i < nb; ++i)
+          want.push_back(i);
+        for (int i = 0; i < fr; ++i)
+          want.push_back(nb + fl + i);
+        for (int i = 0; i < fl; ++i)
+          want.push_back(nb + i);
+        swapped = perm == want && fl > 0 && fr > 0;
+        if (swapped)
+          seeds[d] = t;
+      }
+      bool read_ok = swapped ? read_side(g, id, 1, rb, rc[0], lhs[d], why, 0) &&
+                                   read_side(g, id, 0, lb, lc[0], rhs[d], why, 1)
+                             : read_side(g, id, 0, lb, lc[0], lhs[d], why, 0) &&
+                                   read_side(g, id, 1, rb, rc[0], rhs[d], why, 1);
+      if (!read_ok)
         return std::nullopt;
       value_ref out;
       out.what = value_ref::kind::node;
-      out.id = id;
+      out.id = seeds[d];
       auto shape = g.shape(out);
       auto lshape = g.shape(g.operand(id, 0));
       int64_t k = lshape[static_cast<size_t>(lc[0])];
@@ -267,7 +292,7 @@ public:
       req.space = sp;
       req.name = "epilogue";
       req.stream_axis = sp.size() == 3 ? 2 : -1;
-      for (int id : dots) {
+      for (int id : seeds) {
         block_seed s;
         s.value = {value_ref::kind::node, id, ""};
         if (!map_dims_to_factors(g.shape(s.value), sp, s.dims))
@@ -386,10 +411,12 @@ public:
         shape = fmt::format("({}, {}, {})", pr[0] ? space[0].extent_expr() : "1",
                             pr[1] ? space[1].extent_expr() : "1",
                             op.present[2] ? "N" : op.present[3] ? space[3].extent_expr() : "1");
-      extra_exprs.push_back(fmt::format("jnp.reshape({}, {})", nm, shape));
+      // bool blocks travel as int32 (Mosaic has no i1 memrefs)
+      extra_exprs.push_back(fmt::format("jnp.reshape({}, {}){}", nm, shape,
+                                        op.dtype == "bool" ? ".astype(jnp.int32)" : ""));
       if (n_split && !op.present[2] && op.present[3])
         extras.back().push_back("inner");  // one block along N for every column block
-      extra_bytes.push_back(dtype_bytes(op.dtype));
+      extra_bytes.push_back(op.dtype == "bool" ? 4 : dtype_bytes(op.dtype));
       if (pr[1])
         need(am, sublane_align(op.dtype));
       if (pr[2])

@@ -124,9 +124,11 @@ public:
                                    space[1].extent_expr());
     for (int k : seed_inputs) {
       value_ref v{value_ref::kind::input, k, ""};
-      need(ar, sublane_align(g.dtype(v)));
-      seed_dtypes.push_back(g.dtype(v));
-      prep += fmt::format("        jnp.reshape({}, (R, D)),\n", sig.input(k));
+      std::string dt = g.dtype(v) == "bool" ? "int32" : g.dtype(v);
+      need(ar, sublane_align(dt));
+      seed_dtypes.push_back(dt);
+      prep += fmt::format("        jnp.reshape({}, (R, D)){},\n", sig.input(k),
+                          dt != g.dtype(v) ? ".astype(jnp.int32)" : "");
     }
     prep += "    ]\n    extras = [\n";
     json extras = json::array(), extra_dtypes = json::array();
@@ -139,11 +141,14 @@ public:
                             is_float_dtype(op.dtype) ? "float32" : "int32");
         continue;
       }
+      // bool blocks travel as int32 (Mosaic has no i1 memrefs)
+      std::string dt = op.dtype == "bool" ? "int32" : op.dtype;
       extras.push_back({op.present[0], op.present[1]});
-      extra_dtypes.push_back(op.dtype);
+      extra_dtypes.push_back(dt);
       if (op.present[0])
-        need(ar, sublane_align(op.dtype));
-      prep += fmt::format("        jnp.reshape({}, {}),\n", nm, op.space_shape);
+        need(ar, sublane_align(dt));
+      prep += fmt::format("        jnp.reshape({}, {}){},\n", nm, op.space_shape,
+                          op.dtype == "bool" ? ".astype(jnp.int32)" : "");
     }
     prep += "    ]";
     json outputs = json::array();

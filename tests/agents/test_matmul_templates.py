@@ -117,19 +117,21 @@ def test_dot_general_transposed_lhs_int8_weight_scales(tmp_path):
     assert '"casts":[[],["bfloat16"]]' in source
 
 
-def test_batched_einsum_with_scalar_scale(tmp_path):
-    spec = write_spec(tmp_path, "bmm", "{B: 2, M: 64, K: 128, N: 256}",
+def test_batched_einsum_transposed_output_scalar_scale(tmp_path):
+    spec = write_spec(tmp_path, "bmm", "{B: 2, M: 256, K: 128, N: 64}",
                       ["{name: a, shape: [B, M, K], dtype: float32}",
                        "{name: b, shape: [B, K, N], dtype: float32}",
                        "{name: alpha, shape: [], dtype: float32}"], """
         import jax, jax.numpy as jnp
 
         def reference(a, b, alpha):
-            return jnp.tanh(jnp.einsum("bmk,bkn->bmn", a, b) * alpha)
+            return jnp.tanh(jnp.einsum("bmk,bkn->bnm", a, b) * alpha)
         """)
     matched, result, _ = template_and_check(tmp_path, spec, "matmul",
                                             {"block_m": 32, "block_n": 128, "block_k": 128})
-    assert "B=2" in summary(matched, "matmul")
+    # the transposed product is computed as b^T a^T: rows are N, columns M
+    assert "B=2 M=64 N=256" in summary(matched, "matmul")
+    assert "(km nk" in summary(matched, "matmul")
 
 
 def test_cross_entropy_streams_over_the_vocabulary(tmp_path):
