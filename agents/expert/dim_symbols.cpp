@@ -292,6 +292,32 @@ void dim_symbols::add_rules(int n) {
     if (p != "pad")
       for (int a = 0; a < out_rank && a < op_rank(0); ++a)
         unite(out(a), operand_var(n, 0, a));
+    if (p != "pad" && p != "dynamic_update_slice" && operands.size() >= 3) {
+      // updates: scatter dims are the indices' batch dims (all but the last), window dims
+      // the operand's dims that are not inserted, in order
+      auto dn = params.value("dimension_numbers", nlohmann::json::object());
+      auto window = ints(dn, "update_window_dims");
+      auto inserted = ints(dn, "inserted_window_dims");
+      auto obatch = ints(dn, "operand_batching_dims");
+      std::vector<int> kept;
+      for (int i = 0; i < op_rank(0); ++i)
+        if (std::find(inserted.begin(), inserted.end(), i) == inserted.end() &&
+            std::find(obatch.begin(), obatch.end(), i) == obatch.end())
+          kept.push_back(i);
+      int b = 0;
+      size_t w = 0;
+      for (int a = 0; a < op_rank(2); ++a) {
+        if (std::find(window.begin(), window.end(), a) != window.end()) {
+          if (w < kept.size() && op_size(2, a) == op_size(0, kept[w]))
+            unite(operand_var(n, 2, a), operand_var(n, 0, kept[w]));
+          ++w;
+        } else {
+          if (b < op_rank(1) - 1)
+            unite(operand_var(n, 2, a), operand_var(n, 1, b));
+          ++b;
+        }
+      }
+    }
     return;
   }
   if (p == "gather" && operands.size() >= 2) {

@@ -159,6 +159,45 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
     }
   }
 
+  // jnp's wrap of negative indices, select_n(i < 0, i, i + n) feeding a gather's or a
+  // scatter's indices: n is the size of the indexed dim, written as its expression.
+  std::map<std::pair<int, unsigned>, std::string> literal_override;
+  for (unsigned id = 0; id < graph.size(); ++id) {
+    int n = static_cast<int>(id);
+    auto p = graph.primitive(n);
+    bool gather = p == "gather";
+    if (!gather && p != "scatter" && p != "scatter-add" && p != "scatter_add")
+      continue;
+    const auto dn = graph.params(n).value("dimension_numbers", nlohmann::json::object());
+    auto axes = ints(dn, gather ? "start_index_map" : "scatter_dims_to_operand_dims");
+    if (axes.size() != 1 || graph.operand_count(n) < 2)
+      continue;
+    auto v = graph.operand(n, 1);
+    while (v.is_node() && (graph.primitive(v.id) == "broadcast_in_dim" ||
+                           graph.primitive(v.id) == "convert_element_type" ||
+                           graph.primitive(v.id) == "reshape"))
+      v = graph.operand(v.id, 0);
+    if (!v.is_node() || graph.primitive(v.id) != "select_n" || graph.operand_count(v.id) != 3)
+      continue;
+    auto add = graph.operand(v.id, 2);
+    if (!add.is_node() || graph.primitive(add.id) != "add")
+      continue;
+    auto src = graph.operand(n, 0);
+    auto size = graph.shape(src);
+    int r = src.is_node() ? dims.result_of_operand(n, 0) : 0;
+    for (unsigned k = 0; k < 2; ++k) {
+      auto lit = graph.operand(add.id, k);
+      if (!lit.is_literal() || axes[0] >= static_cast<int64_t>(size.size()) ||
+          lit.literal != std::to_string(size[static_cast<size_t>(axes[0])]))
+        continue;
+      auto e = dims.dim_expr(src, static_cast<int>(axes[0]), r);
+      if (!e.empty())
+        literal_override[{add.id, k}] = fmt::format(
+            "np.asarray({}, dtype={})", e,
+            py_dtype(graph.node(add.id).getOperands()[k].getDtype().cStr()));
+    }
+  }
+
   auto var_name = [&](int n, int r) {
     auto results = graph.node(n).getResults();
     return results.size() > 1 ? fmt::format("{}{}_{}", req.prefix, n, r)
@@ -180,6 +219,15 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
       for (auto res : results)
         matches += to_vector(res.getShape()) == to_vector(type.getShape()) &&
                    std::string(res.getDtype().cStr()) == dtype;
+      // jnp.argsort: sort(keys, iota) with one key, read for the permutation; the summary
+      // does not say which result a consumer reads, and argsort drops the sorted keys.
+      auto iota_operand = graph.operand(v.id, 1);
+      if (matches > 1 && graph.primitive(v.id) == "sort" && results.size() == 2 &&
+          graph.params(v.id).value("num_keys", 1) == 1 && iota_operand.is_node() &&
+          graph.primitive(iota_operand.id) == "iota") {
+        e = var_name(v.id, 1);
+        return true;
+      }
       if (r < 0 || (results.size() > 1 && matches > 1)) {
         reason = fmt::format("node {} ({}) reads a result of node {} ({}) that its type does not "
                              "identify", n, graph.primitive(n), v.id, graph.primitive(v.id));
@@ -195,6 +243,10 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
         return false;
       }
       e = req.inputs[v.id];
+      return true;
+    }
+    if (v.is_literal() && literal_override.count({n, k})) {
+      e = literal_override.at({n, k});
       return true;
     }
     if (v.is_literal()) {

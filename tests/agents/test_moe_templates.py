@@ -117,6 +117,30 @@ MATCHING = {
                 out = out + jnp.where(mask, x @ w[g], 0.0)
             return out
         """), "grouped_matmul"),
+    # a sparse MoE (MaxText / megablox style): argsort the routed rows, ragged_dot gate / up /
+    # down, weighted scatter-add back to the tokens
+    "sparse_moe_argsort_ragged_dots": (spec(
+        "sparse_moe", "{T: 32, E: 128, F: 256, X: 4}",
+        "  - {name: x, shape: [T, E], dtype: float32}\n"
+        "  - {name: w_router, shape: [E, X], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}\n"
+        "  - {name: w_gate, shape: [X, E, F], dtype: float32, generator: {normal: {mean: 0, std: 0.05}}}\n"
+        "  - {name: w_up, shape: [X, E, F], dtype: float32, generator: {normal: {mean: 0, std: 0.05}}}\n"
+        "  - {name: w_down, shape: [X, F, E], dtype: float32, generator: {normal: {mean: 0, std: 0.05}}}\n",
+        """
+        import jax, jax.numpy as jnp
+        def reference(x, w_router, w_gate, w_up, w_down):
+            w, idx = jax.lax.top_k(x @ w_router, 2)
+            w = jax.nn.softmax(w, axis=-1)
+            flat = idx.reshape(-1)
+            order = jnp.argsort(flat)
+            tok = order // 2
+            sizes = jnp.bincount(flat, length=w_router.shape[1])
+            xs = x[tok]
+            g = jax.lax.ragged_dot(xs, w_gate, sizes)
+            u = jax.lax.ragged_dot(xs, w_up, sizes)
+            y = jax.lax.ragged_dot(jax.nn.silu(g) * u, w_down, sizes)
+            return jnp.zeros_like(x).at[tok].add(y * w.reshape(-1)[order][:, None])
+        """), "grouped_matmul"),
     # SwiGLU front half, g * sigmoid(g) by hand, f32 products cast to bf16
     "swiglu_sigmoid_by_hand": (spec(
         "swiglu_sig", "{M: 128, K: 128, F: 256}",
