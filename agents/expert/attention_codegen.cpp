@@ -419,6 +419,8 @@ std::string attention_codegen::ew_expr(int node, const std::vector<std::string>&
   std::string rd = result_dtype(g_, node);
   bool flt = is_float_dtype(rd);
   auto un = [&](const char* f) { return fmt::format("xp.{}({})", f, o[0]); };
+  if ((p == "add" || p == "add_any") && !flt && o[1] == "0") return o[0];
+  if ((p == "add" || p == "add_any") && !flt && o[0] == "0") return o[1];
   if (p == "add" || p == "add_any") return "(" + o[0] + " + " + o[1] + ")";
   if (p == "sub") return "(" + o[0] + " - " + o[1] + ")";
   if (p == "mul") return "(" + o[0] + " * " + o[1] + ")";
@@ -447,6 +449,10 @@ std::string attention_codegen::ew_expr(int node, const std::vector<std::string>&
       return "";
     }
     std::string pred = operand_dtype(g_, node, 0) == "bool" ? o[0] : "(" + o[0] + " != 0)";
+    if (o[1] == "False" && o[2] == "True")
+      return pred;
+    if (o[1] == "True" && o[2] == "False")
+      return "(~" + pred + ")";
     return "xp.where(" + pred + ", " + o[2] + ", " + o[1] + ")";
   }
   if (p == "clamp") return "xp.clip(" + o[1] + ", " + o[0] + ", " + o[2] + ")";
@@ -517,6 +523,9 @@ std::string attention_codegen::region_operand(int node, unsigned k, std::string&
     return it->second;
   }
   if (o.is_node()) {
+    auto a = alias_.find(o.id);
+    if (a != alias_.end())
+      return a->second;
     auto t = term_of_dot_.find(o.id);
     if (t != term_of_dot_.end())
       return "s[" + std::to_string(t->second) + "]";
@@ -589,7 +598,13 @@ bool attention_codegen::emit_region(std::string& why) {
       std::string dt = g_.params(n).value("dtype", std::string("int32"));
       e = dt == "int32" ? acc : "xp.cast(" + acc + ", \"" + dt + "\")";
     } else if (is_layout_primitive(prim)) {
+      // tiles broadcast by their index roles: a layout op is the value itself
       e = region_operand(n, 0, why);
+      if (e.empty())
+        return false;
+      alias_[n] = e;
+      line.clear();
+      return true;
     } else {
       std::vector<std::string> ops;
       for (unsigned k = 0; k < g_.operand_count(n); ++k) {
@@ -617,6 +632,8 @@ bool attention_codegen::emit_region(std::string& why) {
   std::string s_expr;
   if (p_.scores.is_node() && term_of_dot_.count(p_.scores.id))
     s_expr = "s[" + std::to_string(term_of_dot_.at(p_.scores.id)) + "]";
+  else if (alias_.count(p_.scores.id))
+    s_expr = alias_.at(p_.scores.id);
   else
     s_expr = "v" + std::to_string(p_.scores.id);
   score += "    return " + s_expr + "\n";
@@ -823,12 +840,33 @@ bool attention_codegen::build(std::string& why) {
     std::string dt = g_.input_type(static_cast<unsigned>(u.input)).getDtype().cStr();
     if (has_key || has_row) {
       index_list sub;
+      std::string var = "t" + std::to_string(n_tiles);
+      std::string base = arg(u.input), pre;
+      axis_indices axes = u.axes;
       if (has_row) {
+        // an input that varies along some query rows only (per-head slopes): broadcast
+        // along the others before the kernel, so that its blocks follow the row blocks
+        index_list missing;
         for (int l : p_.q_rows)
-          if (!contains(leaves, l)) {
-            why = "a mask or bias input varies along some query rows only";
-            return false;
+          if (!contains(leaves, l))
+            missing.push_back(l);
+        if (!missing.empty()) {
+          std::vector<std::string> unit_shape, full_shape;
+          axes.clear();
+          for (int l : leaves) {
+            unit_shape.push_back(size_of(l));
+            full_shape.push_back(size_of(l));
+            axes.push_back({l});
           }
+          for (int l : missing) {
+            unit_shape.push_back("1");
+            full_shape.push_back(size_of(l));
+            axes.push_back({l});
+          }
+          pre = fmt::format("{0} = jnp.broadcast_to({1}.reshape({2}), {3})\n", var, base,
+                            tuple(unit_shape), tuple(full_shape));
+          base = var;
+        }
         sub = p_.q_rows;
       }
       index_list lane;
@@ -840,9 +878,9 @@ bool attention_codegen::build(std::string& why) {
         lane = p_.keys;
       }
       operand_view view;
-      std::string var = "t" + std::to_string(n_tiles);
-      if (!make_view(var, arg(u.input), u.axes, sub, "rows", lane, false, false, view, why))
+      if (!make_view(var, base, axes, sub, "rows", lane, false, false, view, why))
         return false;
+      view.code = pre + view.code;
       if (dt == "bool") {
         view.code += fmt::format("{0} = {0}.astype(jnp.int32)\n", var);
         input_use_[{u.node, u.operand}] = "(ix.t(" + std::to_string(n_tiles) + ") != 0)";

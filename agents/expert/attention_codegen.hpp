@@ -130,6 +130,7 @@ private:
   std::string functions_, module_code_;
   std::map<std::pair<int, unsigned>, std::string> input_use_;  // (node, operand) -> ix.t/ix.s
   std::map<int, int> term_of_dot_;
+  std::map<int, std::string> alias_;   // region nodes emitted as another expression
   std::set<int> impure_;               // region nodes depending on scores or tiles
   std::map<int, std::string> kill_memo_;
   std::set<int> kill_refs_;

@@ -68,7 +68,7 @@ public:
   nlohmann::json initial_params(const template_match& m,
                                 const config::chip& chip) const override {
     nlohmann::json params = {{"block_q", 1024}, {"block_k", 1024},
-                             {"pv_dtype", default_pv_dtype(m)},
+                             {"pv_dtype", default_pv_dtype(m)}, {"qk_dtype", "auto"},
                              {"row_semantics", "parallel"},
                              {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes * 0.6);
@@ -114,6 +114,13 @@ public:
     pv.choices = {"bfloat16", "float32"};
     pv.meaning = "operand dtype of the P @ V matmul (f32 accumulation either way)";
     t.push_back(pv);
+    tunable qk;
+    qk.name = "qk_dtype";
+    qk.what = tunable::kind::choice;
+    qk.choices = {"auto", "bfloat16"};
+    qk.meaning = "operand dtype of the Q K^T matmuls (auto: the reference's, exact bf16 "
+                 "products where both sides are upcast bf16)";
+    t.push_back(qk);
     tunable sem;
     sem.name = "row_semantics";
     sem.what = tunable::kind::choice;
@@ -172,6 +179,11 @@ public:
       error = "parameter pv_dtype must be \"bfloat16\" or \"float32\"";
       return false;
     }
+    std::string qk = params.value("qk_dtype", std::string("auto"));
+    if (qk != "auto" && qk != "bfloat16") {
+      error = "parameter qk_dtype must be \"auto\" or \"bfloat16\"";
+      return false;
+    }
     std::string sem = params.value("row_semantics", std::string());
     if (sem != "parallel" && sem != "arbitrary") {
       error = "parameter row_semantics must be \"parallel\" or \"arbitrary\"";
@@ -186,6 +198,7 @@ public:
                           {"block_q", std::to_string(bq)},
                           {"block_k", std::to_string(bk)},
                           {"pv_dtype", pv},
+                          {"qk_dtype", qk},
                           {"vmem_limit_bytes", std::to_string(vmem)},
                           {"row_semantics", sem},
                           {"helpers", helpers},

@@ -21,6 +21,7 @@ from jax.experimental.pallas import tpu as pltpu
 BLOCK_Q = {{block_q}}            # rows (query positions x heads of a group) per block
 BLOCK_K = {{block_k}}            # keys per block
 PV_DTYPE = "{{pv_dtype}}"        # dtype of the P @ V matmul operands (f32 accumulation)
+QK_DTYPE = "{{qk_dtype}}"        # of the Q K^T operands: "auto" keeps the reference's
 VMEM_LIMIT_BYTES = {{vmem_limit_bytes}}
 ROW_SEMANTICS = "{{row_semantics}}"  # of the kv-row and row-block grid axes
 
@@ -145,6 +146,7 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
         def step():
             s_terms = []
             for t, (_, _, q_pre, _, _, k_pre, dot_dtype, s_dtype) in enumerate(terms):
+                dot_dtype = dot_dtype if QK_DTYPE == "auto" else QK_DTYPE
                 qv = q_pre(q_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
                 kv = k_pre(k_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
                 st = jax.lax.dot_general(qv, kv, (((1,), (1,)), ((), ())),
