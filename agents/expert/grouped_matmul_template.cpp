@@ -56,6 +56,9 @@ struct grouped_op {
   int rhs_n_axis = 2;
   int64_t m = 0, k = 0, n = 0, g = 0;
   std::string note;
+  int partner = -1;           // another product of the same rows and groups, fused with this one
+  int join = -1;              // the node where the two meet (a glu): the epilogue's start
+  bool absorbed = false;      // computed by its partner's kernel
 };
 
 // ragged_dot_general in jax.lax.ragged_dot's form (ragged rows, contracting the last lhs dim).
@@ -410,10 +413,13 @@ struct gmm_facts_builder {
     }
     dim_symbols dims(g, args.graph_inputs);
     dims.set_size_names(args.dim_names, args.reduced_by_value);
+    replay_request req;
+    // a kernel's result when an earlier kernel computes it (the glu feeding a down product)
     auto value_expr = [&](const value_ref& v) {
+      if (v.is_node() && req.given.count(v.id))
+        return req.given.at(v.id);
       return v.is_input() ? args.graph_inputs[v.id] : fmt::format("v{}", v.id);
     };
-    replay_request req;
     req.inputs = args.graph_inputs;
     req.outputs = graph_outputs(g);
     std::string epilogues;
@@ -439,6 +445,30 @@ struct gmm_facts_builder {
           op.note = "ids not replayed: " + why;
         }
       }
+    }
+    // Two products of the same rows, groups and width meeting in a glu: one kernel computes
+    // both and applies the glu on its store (the grouped SwiGLU of a sparse MoE).
+    auto same = [](const value_ref& x, const value_ref& y) { return x.what == y.what && x.id == y.id; };
+    for (size_t i = 0; i < ops.size(); ++i)
+      for (size_t j = i + 1; j < ops.size(); ++j) {
+        auto& a = ops[i];
+        auto& b = ops[j];
+        if (a.absorbed || b.absorbed || a.partner >= 0 || b.partner >= 0 || !same(a.lhs, b.lhs) ||
+            !same(a.groups, b.groups) || a.by_ids != b.by_ids || a.n != b.n || a.k != b.k ||
+            g.dtype(node_ref(a.out_node)) != g.dtype(node_ref(b.out_node)))
+          continue;
+        int h = elementwise_join(g, a.out_node, b.out_node);
+        if (h < 0)
+          continue;
+        a.partner = static_cast<int>(j);
+        a.join = h;
+        b.absorbed = true;
+        a.kind += " (two products and their glu in one kernel)";
+      }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      auto& op = ops[i];
+      if (op.absorbed)
+        continue;
       auto n_expr = dims.dim_expr(op.rhs, op.rhs_n_axis);
       auto g_expr = dims.dim_expr(op.rhs, 0);
       if (n_expr.empty() || g_expr.empty()) {
@@ -460,6 +490,14 @@ struct gmm_facts_builder {
       }
       er.seeds = {seed};
       er.ends = chain_ends(g, op.out_node);
+      const grouped_op* other = op.partner >= 0 ? &ops[static_cast<size_t>(op.partner)] : nullptr;
+      if (other) {
+        block_seed s2;
+        s2.value = node_ref(other->out_node);
+        s2.dims = seed.dims;
+        er.seeds.push_back(s2);
+        er.ends = chain_ends(g, op.join);
+      }
       er.name = fmt::format("_epilogue_{}", i);
       std::string notes;
       auto fe = build_fused_epilogue(g, dims, er, notes);
@@ -478,8 +516,12 @@ struct gmm_facts_builder {
       std::string extras;
       for (const auto& e : fe.extras)
         extras += fmt::format("{}.reshape({}), ", args.graph_inputs.at(e.input), e.space_shape);
-      std::string weights = fmt::format("[({}, {}, 0)]", value_expr(op.rhs),
+      std::string weights = fmt::format("({}, {}, 0)", value_expr(op.rhs),
                                         op.transposed ? "True" : "False");
+      if (other)
+        weights += fmt::format(", ({}, {}, 0)", value_expr(other->rhs),
+                               other->transposed ? "True" : "False");
+      weights = "[" + weights + "]";
       std::string tail = fmt::format("n={}, epilogue=_epilogue_{}, out_dtype={}, extras=[{}]",
                                      n_expr, i, py_dtype(g.dtype(node_ref(end))), extras);
       std::string call = op.by_ids
@@ -489,11 +531,12 @@ struct gmm_facts_builder {
                         value_expr(op.groups), tail);
       req.given[end] = fmt::format("y{}", i);
       req.statements[end] = call;
-      for (auto v : {op.lhs, op.rhs, op.groups})
+      for (auto v : {op.lhs, op.rhs, op.groups, other ? other->rhs : op.rhs})
         if (v.is_node())
           req.outputs.push_back(v);
       calls.push_back({{"kind", op.kind}, {"m", op.m}, {"k", op.k}, {"n", op.n}, {"groups", op.g},
                        {"by_ids", op.by_ids}, {"transposed", op.transposed},
+                       {"weights", other ? 2 : 1},
                        {"lhs_dtype", g.dtype(op.lhs)}, {"rhs_dtype", g.dtype(op.rhs)},
                        {"out_dtype", g.dtype(node_ref(end))},
                        {"epilogue", fe.primitives}, {"epilogue_by", fe.how},
@@ -519,7 +562,7 @@ struct gmm_facts_builder {
     const auto& first = ops.front();
     m.summary = fmt::format("{} ({}x{} rows @ {} groups of {}x{}{}){}{}", first.kind, first.m,
                             first.k, first.g, first.k, first.n, first.transposed ? ", w transposed" : "",
-                            ops.size() > 1 ? fmt::format(" and {} more", ops.size() - 1) : "",
+                            calls.size() > 1 ? fmt::format(" and {} more", calls.size() - 1) : "",
                             first.chain.size() > 2 || (first.chain.size() == 2 &&
                                 g.primitive(first.chain.back()) != "convert_element_type")
                                 ? ", fused epilogue" : "");
@@ -545,8 +588,9 @@ int64_t vmem_for(const nlohmann::json& call, int64_t bm, int64_t bk, int64_t bn)
   int64_t ebm = effective_block(m, sublane_align(xd), bm);
   int64_t ebk = effective_block(k, 128, bk);
   int64_t ebn = effective_block(n, 128, bn);
-  return 2 * ebm * ebk * dtype_bytes(xd) + 2 * ebk * ebn * dtype_bytes(wd) +
-         2 * ebm * ebn * dtype_bytes(od) + ebm * ebn * 4;
+  int64_t nw = call.value("weights", 1);
+  return 2 * ebm * ebk * dtype_bytes(xd) + nw * 2 * ebk * ebn * dtype_bytes(wd) +
+         2 * ebm * ebn * dtype_bytes(od) + nw * ebm * ebn * 4;
 }
 
 // Modeled time of one grouped call: x is read once per column block (per step when k is
@@ -562,7 +606,8 @@ double modeled_us(const nlohmann::json& call, int64_t bm, int64_t bk, int64_t bn
   double tiles = static_cast<double>(m / ebm), steps = tiles + groups - 1;
   double nb = static_cast<double>(n / ebn), kb = static_cast<double>(k / ebk);
   double x = nb * (kb == 1 ? m : steps * ebm) * k * dtype_bytes(xd);
-  double w = (kb == 1 ? std::min(steps, 2.0 * groups) : steps) * k * n * dtype_bytes(wd);
+  double w = (kb == 1 ? std::min(steps, 2.0 * groups) : steps) * k * n * dtype_bytes(wd) *
+             call.value("weights", 1);
   double o = static_cast<double>(m) * n * dtype_bytes(od);
   return (x + w + o) / bw * 1e6 + nb * steps * kb * step_us;
 }

@@ -258,6 +258,54 @@ std::vector<int> elementwise_chain(const graph_view& g, int start) {
   return chain;
 }
 
+int elementwise_join(const graph_view& g, int a, int b) {
+  for (int h = static_cast<int>(g.size()) - 1; h > std::max(a, b); --h) {
+    if (!is_elementwise(g.primitive(h)) || g.in_loop(h))
+      continue;
+    std::set<int> region;
+    std::vector<int> stack{h};
+    bool ok = true, saw_a = false, saw_b = false;
+    while (ok && !stack.empty()) {
+      int n = stack.back();
+      stack.pop_back();
+      if (n == a || n == b) {
+        saw_a = saw_a || n == a;
+        saw_b = saw_b || n == b;
+        continue;
+      }
+      if (!region.insert(n).second)
+        continue;
+      if (!is_elementwise(g.primitive(n)) || g.in_loop(n)) {
+        ok = false;
+        break;
+      }
+      for (unsigned k = 0; k < g.operand_count(n); ++k) {
+        auto v = g.operand(n, k);
+        if (v.is_literal() || constant_like(g, v))
+          continue;
+        if (!v.is_node()) {
+          ok = false;
+          break;
+        }
+        stack.push_back(v.id);
+      }
+    }
+    if (!ok || !saw_a || !saw_b)
+      continue;
+    // nothing but h leaves the region
+    for (int n : region)
+      if (n != h)
+        for (int c : g.consumers(n))
+          ok = ok && region.count(c);
+    for (int s : {a, b})
+      for (int c : g.consumers(s))
+        ok = ok && region.count(c);
+    if (ok)
+      return h;
+  }
+  return -1;
+}
+
 std::set<int> inputs_reached(const graph_view& g, value_ref v) {
   std::set<int> found;
   std::vector<char> seen(g.size(), 0);

@@ -52,6 +52,11 @@ std::optional<selected_weights> match_selected_weights(const graph_view& graph, 
 // last one is where the chain ends (start itself when nothing follows).
 std::vector<int> elementwise_chain(const graph_view& graph, int start);
 
+// The node h where products a and b meet in an elementwise region (a GLU of two grouped
+// products): the region behind h reads only a, b and constants, and no value inside it but h
+// is read from outside. The largest such h, or -1.
+int elementwise_join(const graph_view& graph, int a, int b);
+
 // Whether a primitive is elementwise (block_mode replay can run it on blocks).
 bool is_elementwise(const std::string& primitive);
 
