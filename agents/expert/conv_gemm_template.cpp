@@ -708,6 +708,7 @@ public:
                 {"ks", c.ks}, {"in_sizes", c.in_sizes}, {"out_sizes", c.out_sizes},
                 {"strides", c.strides}, {"lhs_dilation", c.ldil}, {"rhs_dilation", c.rdil},
                 {"x_dtype", c.lhs_dtype}, {"w_dtype", c.rhs_dtype}, {"groups", c.groups},
+                {"padding", padding},
                 {"epilogue_outputs", outs.size()}};
     json out_dtypes = json::array(), pooled = json::array();
     for (const auto& o : outs) {
@@ -772,7 +773,25 @@ public:
     std::vector<int64_t> q, tiles, halo;
     int64_t sub = 8, tn = 0, tk = 0, nk = 1, rows = 1;
     bool depthwise = false;
+    bool inpad = false;  // zero padding done in VMEM (a padded window scratch)
   };
+
+  // Stride-1 direct convs with padding pad in the kernel unless told not to.
+  static bool pads_in_kernel(const json& geo, const json& params, int fold) {
+    if (geo["d"].get<int>() < 2 || geo["transposed"].get<bool>() || fold != 0 ||
+        !params.value("pad_in_kernel", true))
+      return false;
+    bool any = false;
+    for (const auto& s : geo["strides"])
+      if (s.get<int64_t>() != 1)
+        return false;
+    for (const auto& p : geo["padding"]) {
+      if (p[0].get<int64_t>() < 0 || p[1].get<int64_t>() < 0)
+        return false;
+      any = any || p[0].get<int64_t>() > 0 || p[1].get<int64_t>() > 0;
+    }
+    return any;
+  }
 
   static plan make_plan(const json& geo, const json& params, bool all_channels) {
     plan p;
@@ -842,6 +861,7 @@ public:
       p.tn = p.cout;
     p.tk = p.depthwise ? p.tn : effective_block(p.ck, 128, params.value("block_k", p.ck));
     p.nk = p.depthwise ? 1 : p.ck / std::max<int64_t>(p.tk, 1);
+    p.inpad = pads_in_kernel(geo, params, fold);
     return p;
   }
 
@@ -1003,6 +1023,9 @@ public:
                       "kernel taps folded into channels outside the kernel (0 none, 1 along the "
                       "last spatial dim, 2 all: im2col)"});
     }
+    if (pads_in_kernel(geo, json::object(), 0))
+      ts.push_back({"pad_in_kernel", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
+                    "zero padding in VMEM (no padded copy of the input in HBM) or in HBM"});
     ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                   {"spatial_outer", "cout_outer"},
                   "output-channel tiles inside (weights re-read) or outside (input re-read)"});
@@ -1039,6 +1062,8 @@ public:
       ++k;
     }
     int64_t acc = p.nk > 1 ? p.rows * lanes(p.tn) * 4 : 0;
+    if (p.inpad)  // the padded window next to the (unpadded) input window
+      acc += window;
     // the tap products and the epilogue's temporaries: a few f32 tiles
     int64_t group = p.depthwise ? 1 : std::max<int64_t>(1, params.value("tap_group", 1));
     int64_t temps = 3 * p.rows * lanes(p.tn) * 4 + p.rows * lanes(group * p.tk) * xb;

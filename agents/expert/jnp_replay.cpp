@@ -484,16 +484,27 @@ bool build_jnp_replay(const graph_view& graph, const jnp_replay_request& req,
     auto out_shape = to_vector(node.getResults()[0].getShape());
     // The result's shape; a reshape may leave one unknown dim to -1.
     auto shape_of = [&](bool allow_minus_one, std::string& s) {
-      s = "(";
-      int unknown = 0;
+      std::vector<std::string> dims_e;
+      int unknown = 0, last_static = -1;
       for (size_t ax = 0; ax < out_shape.size(); ++ax) {
         auto d = size_expr(self, static_cast<int>(ax), out_shape[ax]);
+        int slot = dims.slot(self, static_cast<int>(ax));
+        bool from_rep = slot >= 0 && rep.count(dims.find(slot));
         if (d.empty()) {
           d = "-1";
           ++unknown;
+        } else if (!from_rep && d != "1") {
+          last_static = static_cast<int>(ax);
         }
-        s += d + ", ";
+        dims_e.push_back(d);
       }
+      // A split whose parts all equal a static count (C 64 -> 8 groups of 8): the group count
+      // comes first, the last part is what the reshape derives.
+      if (allow_minus_one && unknown == 0 && last_static >= 0)
+        dims_e[static_cast<size_t>(last_static)] = "-1";
+      s = "(";
+      for (const auto& d : dims_e)
+        s += d + ", ";
       s += ")";
       if (unknown > (allow_minus_one ? 1 : 0)) {
         reason = fmt::format("node {} ({}): a size of its result is not tied to the inputs", n, p);

@@ -212,6 +212,7 @@ def _kernel(*refs, cfg):
     leaf_refs = refs[2:2 + nl]
     out_refs = refs[2 + nl:2 + nl + no]
     scratch = list(refs[2 + nl + no:])
+    pad_ref = scratch.pop(0) if cfg["inpad"] else None
     acc_ref = scratch.pop(0) if nk > 1 else None
     pos = cfg["pos"]
     rows = cfg["rows"]
@@ -221,8 +222,39 @@ def _kernel(*refs, cfg):
     contract = (((0,), (1,)), ((), ()))   # (g*tk, tn) x (rows, g*tk) -> (tn, rows)
 
     def window(pin, offs):
+        if pad_ref is not None:
+            return pad_ref[tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)]
         idx = (pin,) + tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)
         return x_ref[idx]
+
+    def fill_padded():
+        # the clamped input window -> the zero-padded window, per class of tiles
+        win = cfg["window"]
+        for combo in itertools.product(*cfg["pad_classes"]):
+            conds = [(pl.program_id(pos["s%d" % i]) >= t0) & (pl.program_id(pos["s%d" % i]) <= t1)
+                     for i, (t0, t1, _, _, _) in enumerate(combo) if t0 > 0 or t1 < cfg["ntiles"][i] - 1]
+
+            def body(combo=combo):
+                for i, (_, _, a, b, dst) in enumerate(combo):
+                    for lo, hi in ((0, dst), (dst + b - a, win[i])):
+                        if hi > lo:
+                            idx = tuple(pl.ds(lo, hi - lo) if k == i else slice(None)
+                                        for k in range(d)) + (slice(None),)
+                            pad_ref[idx] = jnp.zeros(
+                                tuple(hi - lo if k == i else win[k] for k in range(d))
+                                + (pad_ref.shape[-1],), pad_ref.dtype)
+                src = (0,) + tuple(pl.ds(a, b - a) for (_, _, a, b, _) in combo) + (slice(None),)
+                dst = tuple(pl.ds(c[4], c[3] - c[2]) for c in combo) + (slice(None),)
+                if all(c[3] > c[2] for c in combo):
+                    pad_ref[dst] = x_ref[src]
+
+            if conds:
+                cond = conds[0]
+                for c in conds[1:]:
+                    cond = cond & c
+                pl.when(cond)(body)
+            else:
+                body()
 
     def mxu(a):
         return a if cfg["mxu_dtype"] is None else a.astype(cfg["mxu_dtype"])
@@ -303,6 +335,8 @@ def _kernel(*refs, cfg):
                 best = win if best is None else jnp.maximum(best, win)
             ref[...] = best.astype(ref.dtype)
 
+    if pad_ref is not None:
+        fill_padded()
     p_id = pl.program_id(pos["p"])
     for p in range(len(taps)):
         def branch(p=p):
@@ -404,20 +438,35 @@ def _conv_gemm(lhs, rhs, leaves):
     cm_in = (cm and pointwise and list(ls) == sorted(ls) and ls[1] < min(ls[2:])
              and all(o["pool"] is None for o in OUTS))
     w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
+    inpad = False
     if cm_in:
         x = lhs.reshape(n, cin, math.prod(spatial_in))
         w = w.reshape(1, 1, cin, cout)
         taps, outs, lph = [[(0, 0, (0,) * d)]], list(spatial_in), [1] * d
     else:
+        inpad = False
         x = jnp.transpose(lhs, (ls[0],) + tuple(ls[2:]) + (ls[1],))
         if groups > 1 and not depthwise:
             w = _block_diagonal(w, groups)
         if depthwise and cout != cin:
             x = jnp.repeat(x, cout // cin, axis=-1)
+        fold = 0 if depthwise or transposed else int(PARAMS.get("fold", 0))
+        # Zero padding inside the kernel (no padded copy of the input in HBM): stride-1
+        # direct convs with non-negative padding.
+        inpad = (d >= 2 and not transposed and fold == 0 and all(s == 1 for s in stride)
+                 and any(lo or hi for lo, hi in pads) and all(lo >= 0 and hi >= 0 for lo, hi in pads)
+                 and PARAMS.get("pad_in_kernel", True))
         if transposed:
             x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
+        elif inpad:
+            outs = [spatial_in[i] + pads[i][0] + pads[i][1] - (ks[i] - 1) * rdil[i]
+                    for i in range(d)]
+            taps = [[(_ravel(k, ks), 0, tuple(k[i] * rdil[i] for i in range(d)))
+                     for k in itertools.product(*[range(e) for e in ks])]]
+            w = w.reshape((1, math.prod(ks)) + w.shape[d:])
+            x = x.reshape((n, 1) + x.shape[1:])
+            lph = [1] * d
         else:
-            fold = 0 if depthwise else int(PARAMS.get("fold", 0))
             x, w, taps, outs, lph = _plan_direct(x, w, stride, rdil, pads, fold)
     ck = x.shape[1] if cm_in else x.shape[-1]
     p_out = len(taps)
@@ -465,11 +514,34 @@ def _conv_gemm(lhs, rhs, leaves):
             window[d - 1] = _round_up(window[d - 1], sub)
         need = [(ntiles[i] - 1) * tiles[i] + window[i] for i in range(d)]
         have = x.shape[2:-1]
-        x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0)]
-                    + [(0, max(0, need[i] - have[i]), 0) for i in range(d)] + [(0, 0, 0)]) \
-            if any(need[i] > have[i] for i in range(d)) else x
-        x = x[(slice(None), slice(None)) + tuple(slice(0, need[i]) for i in range(d))] \
-            if any(need[i] < have[i] for i in range(d)) else x
+        if inpad:
+            # the kernel reads clamped windows of the unpadded input and pads them in VMEM:
+            # per leading dim, the tiles fall in a few classes (top border, interior, bottom
+            # border) of static (source rows, destination row) copies
+            window[d - 1] = need[d - 1]
+            ewin = [min(window[i], have[i]) for i in range(d - 1)] + [have[d - 1]]
+            pad_classes = []
+            for i in range(d):
+                if i == d - 1:
+                    pad_classes.append([(0, ntiles[i] - 1, 0, have[i], pads[i][0])])
+                    continue
+                cls = []
+                for t in range(ntiles[i]):
+                    u = t * tiles[i] - pads[i][0]
+                    c0 = min(max(u, 0), have[i] - ewin[i])
+                    a, b = max(u, c0), min(u + window[i], c0 + ewin[i])
+                    key = (a - c0, max(b, a) - c0, a - u)
+                    if cls and cls[-1][2:] == key and cls[-1][1] == t - 1:
+                        cls[-1] = (cls[-1][0], t) + key
+                    else:
+                        cls.append((t, t) + key)
+                pad_classes.append(cls)
+        if not inpad:
+            x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0)]
+                        + [(0, max(0, need[i] - have[i]), 0) for i in range(d)] + [(0, 0, 0)]) \
+                if any(need[i] > have[i] for i in range(d)) else x
+            x = x[(slice(None), slice(None)) + tuple(slice(0, need[i]) for i in range(d))] \
+                if any(need[i] < have[i] for i in range(d)) else x
     # Channel-major outputs go straight to (n, c, positions) blocks when a tile is a run of
     # whole trailing rows whose length the lane tiling allows.
     inner = math.prod(qp[1:]) if not cm_in else 1
@@ -506,10 +578,15 @@ def _conv_gemm(lhs, rhs, leaves):
     else:
         def x_map(*g):
             c0 = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
+            if inpad:
+                rows0 = tuple(jnp.clip(s * tiles[i] - pads[i][0], 0, have[i] - ewin[i])
+                              for i, s in enumerate(sp(g)[:d - 1])) + (0,)
+                return (g[pos["n"]], 0) + rows0 + (c0,)
             return (g[pos["n"]], 0) + tuple(s * tiles[i] for i, s in enumerate(sp(g))) + (c0,)
 
         x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
-                              + tuple(pl.Element(window[i]) for i in range(d))
+                              + tuple(pl.Element(ewin[i] if inpad else window[i])
+                                      for i in range(d))
                               + (pl.Element(tk),), x_map)
     if depthwise:
         w_spec = pl.BlockSpec((None, w.shape[1], 1, tn),
@@ -564,6 +641,8 @@ def _conv_gemm(lhs, rhs, leaves):
         in_specs.append(bs)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
+    if inpad:
+        scratch.append(pltpu.VMEM(tuple(window) + (tk,), x.dtype))
     if nk > 1:
         scratch.append(pltpu.VMEM((tn, rows) if cm else (rows, tn), jnp.float32))
     pool_scratch = []
@@ -598,6 +677,8 @@ def _conv_gemm(lhs, rhs, leaves):
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
                tap_group=group, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
+               inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
+               window=window if not cm_in else None,
                mxu_dtype=mxu, conv_dtype=jnp.dtype(CONV["out_dtype"]), pools=pools, q=q, qp=qp,
                extents=(n, math.prod(outs), cout))
     semantics = tuple("arbitrary" if a == "k" else "parallel" for a in names)

@@ -1,0 +1,184 @@
+// The convolution family of the expert brain (conv_gemm, jnp_replay) on analyze summaries of
+// small references written by conv_data/make_graphs.py with the worker's own analyze(): what
+// is recognised (epilogue, fused pool, channel-major layout, channel reductions, transposed
+// convs), what is refused, the shape-generic jnp around the kernel (sizes read from arrays,
+// a static group count, reduction counts), deterministic rendering, VMEM and three distinct
+// playbook children. End-to-end kernels are in tests/agents/test_conv_templates.py.
+#include "agents/expert/jnp_replay.hpp"
+#include "agents/expert/playbook.hpp"
+#include "agents/expert/template_registry.hpp"
+#include "config/chip_loader.hpp"
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+namespace mx = maxkernel::agents::expert;
+
+namespace {
+
+struct loaded_graph {
+  std::unique_ptr<capnp::MallocMessageBuilder> message;
+  std::unique_ptr<mx::graph_view> view;
+  std::unique_ptr<capnp::MallocMessageBuilder> spec_message;
+  maxkernel::schema::KernelSpec::Reader spec;
+};
+
+// The graph, and a native spec: one array input per graph input, the static arguments the
+// reference took (position -> JSON value) in between.
+loaded_graph load(const std::string& name, const std::map<unsigned, std::string>& statics = {}) {
+  std::ifstream in(std::string(MAXKERNEL_CONV_TEST_DATA) + "/" + name + ".json");
+  std::stringstream text;
+  text << in.rdbuf();
+  loaded_graph g;
+  g.message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto root = g.message->initRoot<maxkernel::schema::DataflowGraph>();
+  capnp::JsonCodec codec;
+  codec.decode(kj::StringPtr(text.str().c_str()), root);
+  g.view = std::make_unique<mx::graph_view>(root.asReader());
+  g.spec_message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto spec = g.spec_message->initRoot<maxkernel::schema::KernelSpec>();
+  spec.setName(name);
+  auto inputs = spec.initConfigurations(1)[0].initInputs(
+      g.view->input_count() + static_cast<unsigned>(statics.size()));
+  unsigned k = 0;
+  for (unsigned i = 0; i < inputs.size(); ++i) {
+    inputs[i].setName("x" + std::to_string(i));
+    if (statics.count(i)) {
+      inputs[i].setIsStatic(true);
+      inputs[i].setStaticValue(statics.at(i));
+    } else {
+      inputs[i].setType(g.view->input_type(k++));
+    }
+  }
+  g.spec = spec.asReader();
+  return g;
+}
+
+maxkernel::config::chip v6e() {
+  maxkernel::config::chip c;
+  maxkernel::config::spec_error err;
+  EXPECT_TRUE(maxkernel::config::load_chip("v6e", c, err));
+  return c;
+}
+
+std::optional<mx::template_match> conv_match(const loaded_graph& g) {
+  return mx::find_template("conv_gemm")->match(*g.view, g.spec);
+}
+
+}  // namespace
+
+TEST(ConvGemm, NhwcConvBiasReluPoolFusesEverything) {
+  auto g = load("nhwc_bias_relu_pool");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->summary.find("2D conv 3x3 stride 1x1, 64 -> 128 channels, batch 2"),
+            std::string::npos) << m->summary;
+  EXPECT_NE(m->summary.find("+ max pool"), std::string::npos) << m->summary;
+  EXPECT_EQ(m->summary.find("after as jnp"), std::string::npos) << m->summary;
+  const auto& f = m->facts;
+  EXPECT_FALSE(f["channel_major"].get<bool>());
+  ASSERT_EQ(f["outs"].size(), 1u);
+  // pool 2x2 stride 2 on both spatial dims; the cast after it is stored directly
+  EXPECT_EQ(f["outs"][0]["pool"], nlohmann::json::parse("[[2,2,0,0],[2,2,0,0]]"));
+  EXPECT_EQ(f["outs"][0]["dtype"], "bfloat16");
+  EXPECT_EQ(f["conv"]["same"], true);
+}
+
+TEST(ConvGemm, NchwGroupNormTailIsShapeGeneric) {
+  auto g = load("nchw_groupnorm", {{5, "8"}});
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  const auto& f = m->facts;
+  // the bias is the epilogue, in the channels-first order of the output
+  EXPECT_TRUE(f["channel_major"].get<bool>());
+  std::string tail = f["tail"];
+  // the group split keeps the static group count and leaves C/G to -1; the means divide by
+  // counts read from the kernel's result, never the configuration-0 literal 4096
+  EXPECT_NE(tail.find(", 8, -1, outs[0].shape[2], outs[0].shape[3], )"), std::string::npos) << tail;
+  EXPECT_NE(tail.find("outs[0].shape[2] * outs[0].shape[3]"), std::string::npos) << tail;
+  EXPECT_EQ(tail.find("2048"), std::string::npos) << tail;
+  EXPECT_EQ(tail.find(", 16, 16"), std::string::npos) << tail;
+  EXPECT_EQ(f["result"], "t33");
+}
+
+TEST(ConvGemm, DepthwiseLayernormNeedsAllChannels) {
+  auto g = load("depthwise_layernorm");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->summary.rfind("depthwise 2D conv 7x7", 0), 0u) << m->summary;
+  EXPECT_TRUE(m->facts["all_channels"].get<bool>());
+  EXPECT_TRUE(m->facts["geometry"]["depthwise"].get<bool>());
+  // no channel tile to tune when the epilogue reduces over channels
+  for (const auto& t : mx::find_template("conv_gemm")->tunables(*m))
+    EXPECT_NE(t.name, "block_n");
+}
+
+TEST(ConvGemm, TransposedConvAndPrologue) {
+  auto t = load("conv_transpose_relu");
+  auto m = conv_match(t);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->summary.rfind("transposed 2D conv 4x4 stride 2x2, 256 -> 128", 0), 0u)
+      << m->summary;
+  EXPECT_TRUE(m->facts["geometry"]["transposed"].get<bool>());
+
+  // a group norm + SiLU before the conv runs as jnp that feeds the kernel
+  auto g = load("groupnorm_silu_conv", {{2, "32"}});
+  m = conv_match(g);
+  ASSERT_TRUE(m);
+  std::string pro = m->facts["prologue"];
+  EXPECT_NE(pro.find("32, -1, )"), std::string::npos) << pro;
+  EXPECT_NE(pro.find("lhs = p"), std::string::npos) << pro;
+  EXPECT_NE(m->summary.find("before as jnp"), std::string::npos) << m->summary;
+}
+
+TEST(ConvGemm, RefusesNoConvAndWideGroupedConvs) {
+  EXPECT_FALSE(conv_match(load("matmul_relu")));
+  EXPECT_FALSE(conv_match(load("grouped16")));
+}
+
+TEST(ConvGemm, RendersDeterministicallyFitsVmemAndHasThreeChildren) {
+  auto chip = v6e();
+  auto t = mx::find_template("conv_gemm");
+  for (const char* name : {"nhwc_bias_relu_pool", "depthwise_layernorm", "conv_transpose_relu"}) {
+    auto g = load(name);
+    auto m = conv_match(g);
+    ASSERT_TRUE(m) << name;
+    auto params = t->initial_params(*m, chip);
+    EXPECT_LE(t->vmem_bytes(*m, params), static_cast<int64_t>(chip.scoped_vmem_bytes)) << name;
+    std::string a, b, err;
+    ASSERT_TRUE(t->render(*m, params, a, err)) << err;
+    ASSERT_TRUE(t->render(*m, params, b, err)) << err;
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a.rfind("# maxkernel expert template: conv_gemm", 0), 0u);
+    EXPECT_EQ(a.find("{{"), std::string::npos);
+    auto moves = mx::playbook_moves(*t, *m, params, chip, nullptr, {});
+    std::set<std::string> distinct;
+    for (const auto& mv : moves) {
+      std::string src;
+      EXPECT_TRUE(t->render(*m, mv.params, src, err)) << name << " " << mv.name << ": " << err;
+      distinct.insert(mx::params_key(t->name(), mv.params));
+    }
+    EXPECT_GE(distinct.size(), 3u) << name;
+  }
+  // more rows per tile, more VMEM; a bad parameter is an error, not a crash
+  auto g = load("nhwc_bias_relu_pool");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  auto p = t->initial_params(*m, chip);
+  auto small = p, big = p;
+  small["block_s0"] = 2;
+  big["block_s0"] = 16;
+  EXPECT_LT(t->vmem_bytes(*m, small), t->vmem_bytes(*m, big));
+  auto bad = p;
+  bad["fold"] = 7;
+  std::string src, err;
+  EXPECT_FALSE(t->render(*m, bad, src, err));
+  EXPECT_NE(err.find("fold"), std::string::npos);
+}
