@@ -320,7 +320,9 @@ bool attention_codegen::make_view(const std::string& var, const std::string& bas
         cs.push_back(std::to_string(c_axis(l)));
       axes.push_back("(\"lane\", " + tuple(cs) + ")");
     } else {
-      axes.push_back("(\"full\",)");
+      // a mask or bias tile is blocked along its keys; a head dimension is read whole
+      bool keys_lane = !lane.empty() && contains(p_.keys, lane[0]);
+      axes.push_back(keys_lane ? "(\"keys\",)" : "(\"full\",)");
     }
   }
   out.var = var;
@@ -547,7 +549,7 @@ bool attention_codegen::emit_region(std::string& why) {
         impure = true;
       if (o.is_input()) {
         auto it = input_use_.find({n, k});
-        if (it != input_use_.end() && it->second.rfind("ix.t", 0) == 0)
+        if (it != input_use_.end() && it->second.find("ix.t(") != std::string::npos)
           impure = true;
       }
     }
@@ -679,8 +681,9 @@ bool attention_codegen::emit_region(std::string& why) {
         continue;
       kill_static_ = false;
       auto it = input_use_.find({n, k});
-      if (it != input_use_.end() && it->second.rfind("ix.s(", 0) == 0) {
-        int j = std::stoi(it->second.substr(5));
+      auto at = it == input_use_.end() ? std::string::npos : it->second.find("ix.s(");
+      if (at != std::string::npos) {
+        int j = std::stoi(it->second.substr(at + 5));
         for (int c : scalar_c_[static_cast<size_t>(j)])
           c_used.insert(c);
       }
@@ -728,7 +731,7 @@ std::string attention_codegen::kill_node(int n) {
                                       !term_of_dot_.count(pred.id));
     if (pred.is_input()) {
       auto it = input_use_.find({n, 0});
-      pure = it != input_use_.end() && it->second.rfind("ix.s(", 0) == 0;
+      pure = it != input_use_.end() && it->second.find("ix.s(") != std::string::npos;
     }
     if (!pure || operand_dtype(g_, n, 0) != "bool")
       return k_and(ka, kb);

@@ -183,6 +183,31 @@ def test_normalised_after_pv_with_key_padding_lengths(tmp_path):
     assert "mask data-dependent" in summary and "normalised after PV" in summary, summary
 
 
+def test_boolean_mask_input_and_finfo_fill(tmp_path):
+    # a mask input (a tile per block) combined with an iota mask; finfo.min as the fill
+    spec = write_spec(
+        tmp_path, "mask_input", "{B: 1, H: 1, S: 256, D: 128}",
+        ["{name: q, shape: [B, H, S, D], dtype: float32}",
+         "{name: k, shape: [B, H, S, D], dtype: float32}",
+         "{name: v, shape: [B, H, S, D], dtype: float32}",
+         "{name: mask, shape: [B, 1, S, S], dtype: bool, generator: {randint: {low: 0, high: 2}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(q, k, v, mask):
+            s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+            n = q.shape[2]
+            s = jnp.where(jnp.triu(jnp.ones((n, n), bool), k=1), jnp.finfo(jnp.float32).min, s)
+            s = jnp.where(mask | jnp.eye(n, dtype=bool), s, jnp.finfo(jnp.float32).min)
+            return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+        """, tolerance="{atol: 1.0e-3, rtol: 1.0e-3}")
+    matched, _, _ = template_and_check(tmp_path, spec, "flash_attention",
+                                       {"block_q": 128, "block_k": 128})
+    summary = matched["matches"][0]["summary"]
+    # the causal part is still a static mask (blocks above the diagonal skipped)
+    assert "mask static" in summary and "1 input(s) in the scores" in summary, summary
+
+
 def test_paged_decode(tmp_path):
     spec = write_spec(
         tmp_path, "paged_decode",
