@@ -196,6 +196,24 @@ bool replay_values(const graph_view& g, const std::vector<int>& outputs,
       e = params.value("reverse", false)
               ? fmt::format("jnp.flip(jnp.cumsum(jnp.flip({0}, {1}), axis={1}), {1})", arg(id, 0), axis)
               : fmt::format("jnp.cumsum({}, axis={})", arg(id, 0), axis);
+    } else if (p == "dot_general") {
+      auto tuple_of = [](const std::vector<int>& v) {
+        std::string t = "(";
+        for (int x : v)
+          t += std::to_string(x) + ", ";
+        return t + ")";
+      };
+      auto lc = params.value("lhs_contracting", std::vector<int>{});
+      auto rc = params.value("rhs_contracting", std::vector<int>{});
+      auto lb = params.value("lhs_batch", std::vector<int>{});
+      auto rb = params.value("rhs_batch", std::vector<int>{});
+      std::string pref = params.contains("preferred_element_type") &&
+                                 params["preferred_element_type"].is_string()
+                             ? ", preferred_element_type=jnp." +
+                                   params["preferred_element_type"].get<std::string>()
+                             : "";
+      e = fmt::format("jax.lax.dot_general({}, {}, (({}, {}), ({}, {})){})", arg(id, 0), arg(id, 1),
+                      tuple_of(lc), tuple_of(rc), tuple_of(lb), tuple_of(rb), pref);
     } else if (p == "slice") {
       auto start = params.value("start_indices", std::vector<int64_t>{});
       auto limit = params.value("limit_indices", std::vector<int64_t>{});

@@ -20,6 +20,7 @@ template_ptr make_matmul_template();
 template_ptr make_rowwise_template();
 template_ptr make_flash_attention_template();
 template_ptr make_paged_attention_template();
+template_ptr make_einsum_core_template();
 
 const std::vector<template_ptr>& all_templates() {
   static const std::vector<template_ptr> templates = [] {
@@ -38,6 +39,7 @@ const std::vector<template_ptr>& all_templates() {
     t.push_back(make_rowwise_template());
     t.push_back(make_flash_attention_template());
     t.push_back(make_paged_attention_template());
+    t.push_back(make_einsum_core_template());
     return t;
   }();
   return templates;

@@ -480,3 +480,46 @@ def test_topk_refuses_full_vocabulary_normaliser(tmp_path):
             return vals - jax.nn.logsumexp(logits, axis=-1, keepdims=True), ids
         """)
     assert "topk" not in matches(spec)
+
+
+# ---------------------------------------------------------------------------- einsum core
+
+def test_einsum_core_triangle_incoming(tmp_path):
+    # AlphaFold's triangle update with INCOMING edges (x_ij = sum_k a_ki b_kj), layer norms
+    # by hand (N large next to the channels: the contraction dominates the projections), weights in torch's [out, in] layout
+    inputs = ["{name: z, shape: [N, N, C], dtype: bfloat16}",
+              "{name: w_a, shape: [CH, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.088}}}",
+              "{name: w_b, shape: [CH, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.088}}}",
+              "{name: w_g, shape: [CH, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.088}}}",
+              "{name: w_o, shape: [C, CH], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.088}}}"]
+    spec = write_spec(tmp_path, "tri_in", "{N: 256, C: 32, CH: 32}", inputs, """
+        import jax
+        import jax.numpy as jnp
+
+        def norm(x):
+            x = x.astype(jnp.float32)
+            mu = x.mean(-1, keepdims=True)
+            return (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+        def reference(z, w_a, w_b, w_g, w_o):
+            zn = norm(z).astype(z.dtype)
+            gate = jax.nn.sigmoid(jnp.einsum("ijc,hc->ijh", zn, w_g))
+            a = gate * jnp.einsum("ijc,hc->ijh", zn, w_a)
+            b = gate * jnp.einsum("ijc,hc->ijh", zn, w_b)
+            x = jnp.einsum("kih,kjh->ijh", a, b, preferred_element_type=jnp.float32)
+            return jnp.einsum("ijh,ch->ijc", norm(x).astype(z.dtype), w_o)
+        """)
+    matched, result, source = template_and_check(tmp_path, spec, "einsum_core")
+    assert "batch 32, 256x256x256" in matched["matches"][0]["summary"], matched
+    assert "core = _contract(" in source
+
+
+def test_einsum_core_leaves_plain_matmuls_alone(tmp_path):
+    inputs = ["{name: x, shape: [M, K], dtype: bfloat16}", "{name: w, shape: [K, N], dtype: bfloat16}"]
+    spec = write_spec(tmp_path, "mm_gelu", "{M: 256, K: 256, N: 256}", inputs, """
+        import jax
+
+        def reference(x, w):
+            return jax.nn.gelu(x @ w)
+        """)
+    assert "einsum_core" not in matches(spec)
