@@ -1,17 +1,21 @@
 {{header}}
-# Convolution as an implicit GEMM on the MXU. The input is moved to channels-last (batch,
-# spatial..., channels), zero-padded and, for strided convolutions, split into stride phases
-# (space-to-depth) outside the kernel, so that every kernel tap reads a unit-stride window.
+# Convolution as an implicit GEMM on the MXU. The input is read channels-last (batch,
+# spatial..., channels; moved there outside the kernel when the reference's layout differs).
 # Each grid step owns one output tile (a run of leading spatial rows, the whole last spatial
 # row padded to the sublane tiling, a tile of output channels); it reads its input window with
-# its halo (pl.Element windows), and for every tap multiplies the window by the tap's weight
-# matrix into an f32 accumulator (a VMEM scratch when input channels are tiled over the last,
-# "arbitrary" grid axis). Depthwise convolutions multiply on the VPU instead. Transposed
-# convolutions (lhs dilation) run as one stride-1 convolution per output phase (sub-pixel
-# decomposition), so no zeros are inserted. The fused epilogue (generated from the
-# reference's per-position ops: bias, batchnorm, activations, residuals, channel softmax or
-# layernorm) and non-overlapping or whole-row max pools run on the tile before it is written.
-# Whatever the epilogue does not cover runs as jnp around the kernel.
+# its halo (pl.Element windows) and, for every group of kernel taps, multiplies the taps'
+# shifted windows (concatenated along K) by their weight matrices into an f32 accumulator (a
+# VMEM scratch when input channels are tiled over the last, "arbitrary" grid axis).
+# Stride-1 convolutions zero-pad the window in VMEM; strided ones are padded and split into
+# stride phases (space-to-depth) outside, so every tap reads a unit-stride window. Depthwise
+# convolutions multiply on the VPU. Transposed convolutions (lhs dilation) run as one
+# stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted.
+# When the output layout puts channels first, tiles are computed (channels, positions) and
+# stored in that layout; a pointwise conv on channels-first input reads it as it is. The
+# fused epilogue (generated from the reference's per-position ops: bias, batchnorm,
+# activations, residuals, channel softmax or layernorm), max pools over the tile and a cast
+# after them run before the tile is written. Whatever else the reference does runs as jnp
+# around the kernel.
 import functools
 import itertools
 import math
