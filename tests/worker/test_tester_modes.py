@@ -343,3 +343,61 @@ def test_a_skipped_case_is_a_skipped_phase_through_the_worker(worker):
     assert test["status"] == "skipped" and test["errorClass"] == "none"
     assert "not finite on zeros inputs" in test["message"]
     assert result["correct"] is False    # nothing was checked: correctness is not claimed
+
+
+# ------------------------------------------- mismatches re-judged against a float64 truth
+
+# Cancellation on the rare elements past 2.7 sigma (about 0.7%): in float32 they come back
+# with an error of ~0.01, in float64 exactly x.
+CANCELLING = """\
+import jax.numpy as jnp
+def reference(x):
+    lossy = (x * 1e-2 + 3000.0 - 3000.0) * 100.0
+    return jnp.where(jnp.abs(x) > 2.7, lossy, x)
+"""
+
+
+def test_kernel_more_exact_than_the_reference_passes_against_float64(tmp_path):
+    spec = rows_spec(CANCELLING, tolerance=1e-3)
+    report, failure = _run("exact.py", spec, tmp_path, {"seeds": [0, 1]},
+                           source=_rowwise("x"))
+    assert failure is None, (failure, report["notes"])
+    assert all(c["passed"] for c in report["cases"])
+    assert any("float64 evaluation" in n for n in report["notes"]), report["notes"]
+
+
+def test_kernel_wrong_where_the_reference_rounds_still_fails(tmp_path):
+    spec = rows_spec(CANCELLING, tolerance=1e-3)
+    report, failure = _run("off.py", spec, tmp_path, {"seeds": [0]},
+                           source=_rowwise("jnp.where(jnp.abs(x) > 2.7, x + 0.1, x)"))
+    assert failure is not None and failure.error_class == "mismatch", (failure, report)
+    assert not any("float64" in n for n in report["notes"])
+
+
+def test_kernel_off_everywhere_is_not_rejudged(tmp_path):
+    spec = rows_spec(CANCELLING, tolerance=1e-3)
+    report, failure = _run("scaled.py", spec, tmp_path, {"seeds": [0]},
+                           source=_rowwise("x * 1.01"))
+    assert failure is not None and failure.error_class == "mismatch"
+    assert "elements beyond atol" in failure.message
+
+
+def test_within_reference_error_allowance():
+    tol = lambda k: (1e-3, 1e-3)
+    truth = [np.array([1.0, 2.0, 3.0])]
+    ref = [np.array([1.0, 2.0, 3.05], np.float32)]
+    # 3.09 is 0.09 from the truth: within 1e-3 + 3e-3 + 2 * 0.05
+    ok, rescued = tester.within_reference_error([np.array([1.0, 2.0, 3.09], np.float32)], ref,
+                                                truth, tol)
+    assert ok and rescued == 1
+    ok, _ = tester.within_reference_error([np.array([1.0, 2.0, 3.2], np.float32)], ref, truth, tol)
+    assert not ok
+    # no allowance where the reference is exact, none for NaN, none for integer outputs
+    ok, _ = tester.within_reference_error([np.array([1.0, 2.01, 3.05], np.float32)], ref, truth, tol)
+    assert not ok
+    ok, _ = tester.within_reference_error([np.array([1.0, 2.0, np.nan], np.float32)], ref, truth, tol)
+    assert not ok
+    ok, _ = tester.within_reference_error([np.array([1, 2, 4], np.int32)],
+                                          [np.array([1, 2, 3], np.int32)],
+                                          [np.array([1, 2, 4], np.int64)], tol)
+    assert not ok
