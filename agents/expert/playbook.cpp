@@ -217,6 +217,19 @@ struct builder {
                      fmt::format("explore: another {}{}", tu.name,
                                  tu.meaning.empty() ? "" : " (" + tu.meaning + ")"),
                      score - 0.1);
+    // A small space (a block already whole, one choice): jump two steps, so a candidate
+    // still gets three distinct children to measure.
+    if (out.size() < 3)
+      for (const auto& tu : ts)
+        if (tu.what == tunable::kind::block) {
+          resize(tu, 0.25, "shrinkBlock",
+                 fmt::format("explore: much smaller {} (a finer grid to pipeline and to split "
+                             "across cores)", tu.name),
+                 score - 0.2);
+          resize(tu, 4.0, "growBlock",
+                 fmt::format("explore: much larger {} (far fewer grid steps)", tu.name),
+                 score - 0.2);
+        }
   }
 };
 

@@ -92,7 +92,9 @@ def _rowwise(seeds, extras, R, D):
                              (br, 1)))
 
     rows_axis = PARAMS.get("dimension_semantics", "parallel")
-    semantics = (rows_axis, "arbitrary") if mode == "stream" else (rows_axis, "parallel")
+    # Parallel axes must be a prefix of the grid: rows in order leave the columns in order too.
+    parallel_cols = mode != "stream" and rows_axis == "parallel"
+    semantics = (rows_axis, "parallel" if parallel_cols else "arbitrary")
     in_bytes = sum(x.size * x.dtype.itemsize for x in list(seeds) + list(extras))
     out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
     cost = pl.CostEstimate(flops=R * D * CFG["flops_per_element"],

@@ -156,7 +156,11 @@ TEST(Playbook, AtLeastThreeDistinctValidChildren) {
   std::set<std::string> seen;
   for (const auto& mv : moves)
     seen.insert(ex::params_key("scale", mv.params));
-  EXPECT_TRUE(ex::playbook_moves(t, m, parent, chip, nullptr, seen).empty());
+  // With every near child tried, the playbook jumps further (blocks x4 and /4), never back.
+  for (const auto& mv : ex::playbook_moves(t, m, parent, chip, nullptr, seen)) {
+    EXPECT_EQ(seen.count(ex::params_key("scale", mv.params)), 0u) << mv.params.dump();
+    EXPECT_NE(mv.params, parent);
+  }
 }
 
 TEST(Playbook, GrowingPastTheScopedLimitRaisesItWithinTheCore) {
