@@ -67,6 +67,30 @@ int64_t leading_tile(int64_t extent, int64_t want, int64_t align) {
   return round_up((extent + tiles - 1) / tiles, align);
 }
 
+// Whether a window op's explicit pads (conv or pool, per spatial dim) are read as "SAME",
+// recomputed from the input size at trace time. The graph holds explicit pads only, and at
+// these sizes a constant padding can equal SAME's (VALID's zeros for a patch embedding whose
+// stride divides the image; PyTorch's padding=1 for 4 taps at stride 2 on even sizes); the
+// readings part at other sizes (the tester's ragged ones). SAME splits an odd total unevenly
+// (lo < hi) and a constant padding is almost always written symmetric, so: SAME when the pads
+// equal SAME's here and either no dim is strided (SAME's pads are then constant: the readings
+// agree at every size) or some dim's split is uneven; else the constant padding they are.
+bool reads_as_same(const std::vector<int64_t>& sizes, const std::vector<int64_t>& windows,
+                   const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                   const std::vector<std::pair<int64_t, int64_t>>& pads) {
+  bool strided = false, uneven = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t o = (sizes[i] + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(
+      (o - 1) * strides[i] + (windows[i] - 1) * dilations[i] + 1 - sizes[i], 0);
+    if (pads[i].first != total / 2 || pads[i].second != total - total / 2)
+      return false;
+    strided = strided || strides[i] > 1;
+    uneven = uneven || pads[i].first != pads[i].second;
+  }
+  return !strided || uneven;
+}
+
 // The convolution as the reference wrote it, with its sizes in canonical order.
 struct conv_info {
   int id = -1;
@@ -160,13 +184,7 @@ bool parse_conv(const graph_view& g, int id, conv_info& c, std::string& why) {
     return false;
   }
   // "SAME" padding depends on the input size when strided: recomputed at trace time.
-  c.same = !c.transposed();
-  for (int i = 0; i < c.d && c.same; ++i) {
-    int64_t o = (c.in_sizes[i] + c.strides[i] - 1) / c.strides[i];
-    int64_t total = std::max<int64_t>((o - 1) * c.strides[i] + (c.ks[i] - 1) * c.rdil[i] + 1 -
-                                          c.in_sizes[i], 0);
-    c.same = c.padding[i].first == total / 2 && c.padding[i].second == total - total / 2;
-  }
+  c.same = !c.transposed() && reads_as_same(c.in_sizes, c.ks, c.strides, c.rdil, c.padding);
   return true;
 }
 
@@ -176,6 +194,7 @@ struct fused_pool {
   std::vector<std::array<int64_t, 4>> dims;
   std::vector<int64_t> out_sizes;              // pooled spatial sizes at configuration 0
   std::string cast;                            // dtype of a cast fused after the pool
+  bool same = false;                           // pads recomputed as SAME at trace time
 };
 
 struct region_output {
@@ -309,6 +328,17 @@ public:
         pool.last_node = cv;
         pool.cast = to;
       }
+    }
+    // a pool spelled "SAME" (composed pools are unpadded: never)
+    {
+      std::vector<int64_t> win, st, one(static_cast<size_t>(c_.d), 1);
+      std::vector<std::pair<int64_t, int64_t>> pads;
+      for (const auto& dm : pool.dims) {
+        win.push_back(dm[0]);
+        st.push_back(dm[1]);
+        pads.push_back({dm[2], dm[3]});
+      }
+      pool.same = reads_as_same(c_.out_sizes, win, st, one, pads);
     }
     auto out = to_vector(g_.node(pool.last_node).getResults()[0].getShape());
     pool.out_sizes.assign(static_cast<size_t>(c_.d), 0);
@@ -673,7 +703,7 @@ public:
       }
       bool chan = std::find(o.roles.begin(), o.roles.end(), "c") != o.roles.end();
       outs_j.push_back({{"roles", roles_json(o.roles)}, {"dtype", o.dtype}, {"chan", chan},
-                        {"pool", pool}});
+                        {"pool", pool}, {"pool_same", o.pooled && o.pool.same}});
     }
     bool all_channels = fused && prog.reduced.size() == 3 && prog.reduced[axis_index('c')];
     std::string epilogue;

@@ -191,3 +191,87 @@ def test_atrous_conv1d_and_refusal(tmp_path):
     out = json.loads(t.stdout)
     assert all(m["template"] != "conv_gemm" for m in out["matches"])
     assert "does not match" in t.stderr
+
+
+
+# Strided convs at sizes the stride does not divide: the graph holds explicit pads only, and
+# at the full sizes a VALID or PyTorch-style padding can equal what "SAME" gives there; read
+# as SAME, the kernel pads up at other sizes and returns a longer output (a 4x4 stride-4 patch
+# embedding at 13 rows: 4 instead of 3). `check` tests these small specs at their full sizes
+# only; `propose`'s tester adds the ragged case (free dims at sizes that leave a partial last
+# block), so these go through propose.
+
+
+def propose_correct(tmp_path, spec):
+    state = tmp_path / "state"
+    p = run("propose", spec, "--out", tmp_path / "out", "--state-dir", state, "--max-repairs", 0,
+            "--json", "-")
+    result = json.loads(p.stdout)
+    assert result["plan"] and result["plan"][0]["template"] == "conv_gemm", result["plan"]
+    assert result["correct"] is True and result["fallback_to_reference"] is False, \
+        (result["attempts"], p.stderr[-2000:])
+    source = (tmp_path / "out" / "kernel.py").read_text()
+    assert "# maxkernel expert template: conv_gemm" in source
+    return result, source
+
+
+def test_patch_embedding_valid_at_sizes_the_stride_does_not_divide(tmp_path):
+    # swin-style: NCHW images, 4x4 stride 4 VALID (== SAME at 16 x 96), NHWC tokens, layernorm
+    spec = write_spec(tmp_path, "patch4", "{B: 2, C: 3, H: 16, W: 96, CO: 128}", [
+        "{name: x, shape: [B, C, H, W], dtype: bfloat16}",
+        "{name: w, shape: [CO, C, 4, 4], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: b, shape: [CO], dtype: bfloat16}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jax.lax.conv_general_dilated(x, w, window_strides=(4, 4), padding="VALID",
+                                             dimension_numbers=("NCHW", "OIHW", "NHWC"),
+                                             preferred_element_type=jnp.float32)
+            y = y + b.astype(jnp.float32)
+            mu = y.mean(-1, keepdims=True)
+            y = (y - mu) * jax.lax.rsqrt(y.var(-1, keepdims=True) + 1e-5)
+            return y.astype(x.dtype)
+        """)
+    result, source = propose_correct(tmp_path, spec)
+    assert "2D conv 4x4 stride 4x4, 3 -> 128 channels" in source
+    assert '"same":False' in source.replace(" ", "")
+
+
+def test_pytorch_padding_at_sizes_the_stride_does_not_divide(tmp_path):
+    # 1-D, channels-last: 4 taps, stride 2, pads (1, 1) as PyTorch writes them (== SAME at 32)
+    spec = write_spec(tmp_path, "conv1d_s2", "{B: 2, L: 32, C: 8, CO: 16}", [
+        "{name: x, shape: [B, L, C], dtype: float32}",
+        "{name: w, shape: [4, C, CO], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            y = jax.lax.conv_general_dilated(x, w, (2,), ((1, 1),),
+                                             dimension_numbers=("NWC", "WIO", "NWC"))
+            return jax.nn.relu(y)
+        """)
+    result, source = propose_correct(tmp_path, spec)
+    assert "1D conv 4 stride 2" in source
+    assert '"same":False' in source.replace(" ", "")
+
+
+def test_strided_same_padding_at_sizes_the_stride_does_not_divide(tmp_path):
+    # Flax-style NHWC: "SAME" conv with stride 2 (pads (0, 1) at 16) and a "SAME" 3x3 stride-2
+    # max pool (pads (0, 1) at 8): both recomputed from the sizes at trace time
+    spec = write_spec(tmp_path, "same_s2", "{B: 2, H: 16, W: 16, C: 8, CO: 16}", [
+        "{name: x, shape: [B, H, W, C], dtype: float32}",
+        "{name: w, shape: [3, 3, C, CO], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            y = jax.lax.conv_general_dilated(x, w, (2, 2), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            y = jnp.tanh(y)
+            return jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
+                                         "SAME")
+        """)
+    result, source = propose_correct(tmp_path, spec)
+    assert "2D conv 3x3 stride 2x2, 8 -> 16 channels" in source and "+ max pool" in source
+    flat = source.replace(" ", "")
+    assert '"same":True' in flat and '"pool_same":True' in flat

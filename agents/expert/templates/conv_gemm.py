@@ -35,7 +35,8 @@ PARAMS = {{params}}
 # None for a broadcast axis); kind row = per channel, nrow = per image and channel, full.
 LEAVES = {{leaves}}
 # The epilogue's results: roles of each axis, dtype, whether they keep the channel axis, and
-# the max pool fused after them (per spatial dim: window, stride, low and high padding).
+# the max pool fused after them (per spatial dim: window, stride, low and high padding; with
+# pool_same the pads are "SAME"'s, recomputed from the size it pools at trace time).
 OUTS = {{outs}}
 EPI_NEEDS_ALL_CHANNELS = {{all_channels}}
 # The epilogue's tiles are (channels, rows) (the output layout puts channels first).
@@ -82,6 +83,14 @@ def _same_pads(size, k, s, r):
     out = -(-size // s)
     total = max((out - 1) * s + (k - 1) * r + 1 - size, 0)
     return (total // 2, total - total // 2)
+
+
+def _pool_at(o, sizes):
+    """Output o's max pool (window, stride, lo, hi per spatial dim) on a conv output of
+    these spatial sizes: "SAME" pads recomputed for them, else as written."""
+    if o["pool"] is None or not o.get("pool_same"):
+        return o["pool"]
+    return [(w, s) + _same_pads(sizes[i], w, s, 1) for i, (w, s, _, _) in enumerate(o["pool"])]
 
 
 def _ravel(index, extents):
@@ -475,15 +484,16 @@ def _conv_gemm(lhs, rhs, leaves):
     ck = x.shape[1] if cm_in else x.shape[-1]
     p_out = len(taps)
     q = [-(-outs[i] // lph[i]) for i in range(d)]
+    pool_at = [_pool_at(o, outs) for o in OUTS]
 
     itemsizes = [jnp.dtype(x.dtype).itemsize] + [jnp.dtype(o["dtype"]).itemsize for o in OUTS]
     sub = max(8, 32 // min(itemsizes + [4]))
     # Fused pools: a dim with overlapping or padded windows is kept whole in a tile; one
     # with disjoint windows is tiled by multiples of the stride.
     whole, align = [False] * d, [1] * d
-    for o in OUTS:
-        if o["pool"] is not None and not transposed:
-            for i, (win, st, lo, hi) in enumerate(o["pool"]):
+    for pool in pool_at:
+        if pool is not None and not transposed:
+            for i, (win, st, lo, hi) in enumerate(pool):
                 if win != st or lo or hi:
                     whole[i] = True
                 else:
@@ -650,12 +660,12 @@ def _conv_gemm(lhs, rhs, leaves):
     if nk > 1:
         scratch.append(pltpu.VMEM((tn, rows) if cm else (rows, tn), jnp.float32))
     pool_scratch = []
-    for o in OUTS:
+    for o, pool in zip(OUTS, pool_at):
         width = cout if o["chan"] else 1
         lw = tn if o["chan"] else 1
         pplan = None
-        if o["pool"] is not None and not transposed and not cm_in:
-            pplan = _pool_plan(o["pool"], tiles, q, qp, sub, ntiles)
+        if pool is not None and not transposed and not cm_in:
+            pplan = _pool_plan(pool, tiles, q, qp, sub, ntiles)
         pools.append(pplan)
         if cm_out and o["pool"] is None:
             out_shapes.append(jax.ShapeDtypeStruct((1, n, width, math.prod(qp)), o["dtype"]))
@@ -706,7 +716,7 @@ def _conv_gemm(lhs, rhs, leaves):
     )(x, w, *leaf_arrays)
 
     finals = []
-    for o, r, pplan in zip(OUTS, results, pools):
+    for o, r, pplan, pool in zip(OUTS, results, pools, pool_at):
         if cm_out and o["pool"] is None:
             v = r[0].reshape((n, r.shape[2]) + tuple(outs if cm_in else qp))
             if not cm_in:
@@ -717,7 +727,7 @@ def _conv_gemm(lhs, rhs, leaves):
             v = r[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
             v = _interleave(v, lph, outs) if transposed else v[0]
             if o["pool"] is not None:
-                v = _pool_outside(v, o["pool"])
+                v = _pool_outside(v, pool)
         else:
             v = r[0][(slice(None),) + tuple(slice(0, pp[7]) for pp in pplan)]
         finals.append(_from_order(v, rm_order, o["roles"]))

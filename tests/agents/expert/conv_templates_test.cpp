@@ -138,6 +138,39 @@ TEST(ConvGemm, TransposedConvAndPrologue) {
   EXPECT_NE(m->summary.find("before as jnp"), std::string::npos) << m->summary;
 }
 
+// The graph holds explicit pads. Where they also equal what SAME gives at these sizes and a
+// dim is strided, the two readings part at other sizes (the tester's ragged ones): a
+// symmetric split is the constant padding written out (VALID, PyTorch's padding=p); an
+// asymmetric one is SAME, recomputed from the input size at trace time.
+TEST(ConvGemm, StridedPadsAreSameOnlyWhenTheirSplitIsUneven) {
+  auto v = load("patch4_valid");
+  auto m = conv_match(v);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->facts["conv"]["same"], false);
+  EXPECT_EQ(m->facts["conv"]["padding"], nlohmann::json::parse("[[0,0],[0,0]]"));
+  auto p = load("k4s2_pad1");
+  m = conv_match(p);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->facts["conv"]["same"], false);
+  auto s = load("k3s2_same");
+  m = conv_match(s);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->facts["conv"]["same"], true);
+  EXPECT_EQ(m->facts["conv"]["padding"], nlohmann::json::parse("[[0,1],[0,1]]"));
+  // the same reading for a fused max pool's pads: a "SAME" 3x3 stride-2 pool is (0, 1) here
+  auto q = load("same_pool");
+  m = conv_match(q);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->facts["outs"].size(), 1u);
+  EXPECT_EQ(m->facts["outs"][0]["pool"], nlohmann::json::parse("[[3,2,0,1],[3,2,0,1]]"));
+  EXPECT_EQ(m->facts["outs"][0]["pool_same"], true);
+  // a VALID 2x2 pool (nhwc_bias_relu_pool) keeps its constant pads
+  auto v2 = load("nhwc_bias_relu_pool");
+  m = conv_match(v2);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->facts["outs"][0]["pool_same"], false);
+}
+
 TEST(ConvGemm, RefusesNoConvAndWideGroupedConvs) {
   EXPECT_FALSE(conv_match(load("matmul_relu")));
   EXPECT_FALSE(conv_match(load("grouped16")));

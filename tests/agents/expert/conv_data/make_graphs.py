@@ -1,7 +1,7 @@
 """Writes the analyze summaries (DataflowGraph JSON) that
 tests/agents/expert/conv_templates_test.cpp reads: small convolution chains in several
 spellings, analysed by the worker's own analyze(). Re-run after a change to analyze.py:
-  .venv/bin/python tests/agents/expert/conv_data/make_graphs.py"""
+  .venv/bin/python tests/agents/expert/conv_data/make_graphs.py [name ...]"""
 import json
 import os
 import sys
@@ -65,6 +65,31 @@ def grouped16(x, w):
                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
+def patch4_valid(x, w):
+    # VALID, 4x4 stride 4 at 32 x 32: the pads (0, 0) are also what SAME gives at these sizes
+    return jax.lax.conv_general_dilated(x, w, (4, 4), "VALID",
+                                        dimension_numbers=("NCHW", "OIHW", "NHWC"))
+
+
+def k4s2_pad1(x, w):
+    # PyTorch's Conv2d(k=4, stride=2, padding=1): also SAME's split at even sizes
+    return jax.lax.conv_general_dilated(x, w, (2, 2), ((1, 1), (1, 1)),
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def k3s2_same(x, w):
+    # SAME, stride 2 at even sizes: pads (0, 1), which depend on the input size
+    return jax.lax.conv_general_dilated(x, w, (2, 2), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def same_pool(x, w):
+    # a "SAME" 3x3 stride-2 max pool after a stride-1 conv: pads (0, 1) at 16 x 16
+    y = jax.nn.relu(jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                 dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    return jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+
+
 def matmul_relu(x, w):
     return jax.nn.relu(x @ w)
 
@@ -81,11 +106,17 @@ CASES = {
     "groupnorm_silu_conv": (groupnorm_silu_conv, [S((2, 16, 16, 320), bf16),
                                                   S((3, 3, 320, 320), bf16), 32], (2,)),
     "grouped16": (grouped16, [S((2, 8, 8, 64), f32), S((3, 3, 4, 64), f32)], ()),
+    "patch4_valid": (patch4_valid, [S((2, 3, 32, 32), bf16), S((128, 3, 4, 4), bf16)], ()),
+    "k4s2_pad1": (k4s2_pad1, [S((2, 16, 16, 64), bf16), S((4, 4, 64, 128), bf16)], ()),
+    "k3s2_same": (k3s2_same, [S((2, 16, 16, 64), bf16), S((3, 3, 64, 128), bf16)], ()),
+    "same_pool": (same_pool, [S((2, 16, 16, 64), f32), S((3, 3, 64, 128), f32)], ()),
     "matmul_relu": (matmul_relu, [S((64, 128), bf16), S((128, 256), bf16)], ()),
 }
 
 if __name__ == "__main__":
     for name, (fn, args, statics) in CASES.items():
+        if sys.argv[1:] and name not in sys.argv[1:]:
+            continue
         graph = analyze(fn, args, statics)
         with open(os.path.join(HERE, name + ".json"), "w") as f:
             json.dump(graph, f, indent=1, sort_keys=True)
