@@ -395,6 +395,11 @@ std::string attention_codegen::literal(const std::string& json, const std::strin
     auto s = j.get<std::string>();
     return "float(\"" + s + "\")";
   }
+  if (j.is_number() && is_float_dtype(dtype)) {
+    auto f = size_formula(j.get<double>());
+    if (!f.empty())
+      return f;
+  }
   if (j.is_number_integer() || (j.is_number() && !is_float_dtype(dtype) && dtype != "bool")) {
     long long v = j.is_number_integer() ? j.get<long long>() : static_cast<long long>(j.get<double>());
     // A position offset (a window, a number of global tokens) that divides the key length
@@ -412,6 +417,87 @@ std::string attention_codegen::literal(const std::string& json, const std::strin
     return nlohmann::json(d).dump();
   }
   return "None";
+}
+
+void attention_codegen::collect_feature_sizes() {
+  // a value behind casts
+  auto strip_casts = [&](value_ref v) {
+    while (v.is_node() && g_.primitive(v.id) == "convert_element_type")
+      v = g_.operand(v.id, 0);
+    return v;
+  };
+  for (const auto& t : p_.terms) {
+    std::vector<std::pair<int64_t, std::string>> opts;
+    std::vector<std::string> e;
+    for (int l : t.contraction)
+      e.push_back(size_of(l));
+    opts.push_back({p_.space.product(t.contraction), join(e, " * ")});
+    // the query computed by a projection in the reference (MLA's absorbed W_UK): its
+    // contraction, read from the shape of a graph input it contracts
+    value_ref q = strip_casts(t.q.base);
+    if (q.is_node() && g_.primitive(q.id) == "dot_general") {
+      const auto& dp = g_.params(q.id);
+      for (unsigned side = 0; side < 2; ++side) {
+        value_ref o = strip_casts(g_.operand(q.id, side));
+        auto dims = dp.value(side == 0 ? "lhs_contracting" : "rhs_contracting", nlohmann::json());
+        if (!o.is_input() || !dims.is_array() || dims.empty())
+          continue;
+        auto shape = to_vector(g_.input_type(static_cast<unsigned>(o.id)).getShape());
+        int64_t size = 1;
+        std::vector<std::string> parts;
+        bool ok = true;
+        for (const auto& d : dims) {
+          if (!d.is_number_integer() || d.get<int>() < 0 ||
+              static_cast<size_t>(d.get<int>()) >= shape.size()) {
+            ok = false;
+            break;
+          }
+          size *= shape[static_cast<size_t>(d.get<int>())];
+          parts.push_back(fmt::format("{}.shape[{}]", arg(o.id), d.get<int>()));
+        }
+        if (ok)
+          opts.push_back({size, join(parts, " * ")});
+        break;
+      }
+    }
+    feature_sizes_.push_back(std::move(opts));
+  }
+}
+
+std::string attention_codegen::size_formula(double value) const {
+  if (!std::isfinite(value) || value <= 0 || value == 1.0 || feature_sizes_.empty())
+    return "";
+  // every choice of at most one feature size per term, summed
+  std::set<std::string> found;
+  std::vector<int> pick(feature_sizes_.size(), -1);
+  while (true) {
+    size_t i = 0;
+    while (i < pick.size() && ++pick[i] >= static_cast<int>(feature_sizes_[i].size())) {
+      pick[i] = -1;
+      ++i;
+    }
+    if (i == pick.size())
+      break;
+    int64_t d = 0;
+    std::vector<std::string> parts;
+    for (size_t t = 0; t < pick.size(); ++t)
+      if (pick[t] >= 0) {
+        d += feature_sizes_[t][static_cast<size_t>(pick[t])].first;
+        parts.push_back(feature_sizes_[t][static_cast<size_t>(pick[t])].second);
+      }
+    if (d < 8)
+      continue;
+    std::string e = join(parts, " + ");
+    auto dd = static_cast<double>(d);
+    auto near = [&](double x) { return std::abs(x - value) <= 1e-6 * value; };
+    if (near(1.0 / std::sqrt(dd)))
+      found.insert(fmt::format("float(({}) ** -0.5)", e));
+    else if (near(std::sqrt(dd)))
+      found.insert(fmt::format("float(({}) ** 0.5)", e));
+    else if (near(1.0 / dd))
+      found.insert(fmt::format("(1.0 / ({}))", e));
+  }
+  return found.size() == 1 ? *found.begin() : "";
 }
 
 std::string attention_codegen::ew_expr(int node, const std::vector<std::string>& o,
@@ -827,6 +913,7 @@ bool attention_codegen::build(std::string& why) {
     return false;
   if (!solve_sizes(why))
     return false;
+  collect_feature_sizes();
   for (size_t t = 0; t < p_.terms.size(); ++t)
     term_of_dot_[p_.terms[t].dot] = static_cast<int>(t);
   // inputs of the score function: tiles (they vary along rows or keys) or SMEM scalars

@@ -109,6 +109,10 @@ private:
                  const index_list& sub, const char* sub_kind, const index_list& lane,
                  bool lane_merge_ok, bool output, operand_view& out, std::string& why);
   std::string literal(const std::string& json, const std::string& dtype, bool in_region) const;
+  // A float literal the reference computed from its sizes (a scale (d_nope + d_rope) ** -0.5):
+  // the same formula over the sizes read at trace time, "" when none fits it unambiguously.
+  void collect_feature_sizes();
+  std::string size_formula(double value) const;
   std::string ew_expr(int node, const std::vector<std::string>& ops, std::string& why) const;
   std::string const_expr(const value_ref& v, const std::string& dtype, std::string& why) const;
   std::string region_operand(int node, unsigned k, std::string& why) const;
@@ -151,6 +155,9 @@ private:
   std::map<int, std::string> node_base_;  // computed operand bases -> their expressions
   std::string prologue_code_, epilogue_code_, result_ = "out";
   std::vector<std::pair<std::string, axis_indices>> extra_sources_;
+  // Per score term: the feature sizes a scale may be derived from (its own head dim, the
+  // contraction of the projection computing its query), as (extent, Python expression).
+  std::vector<std::vector<std::pair<int64_t, std::string>>> feature_sizes_;
 };
 
 // Bytes of one element of a numpy dtype name (bfloat16 -> 2); 4 when unknown.

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -257,3 +258,100 @@ def test_not_attention_is_refused(tmp_path):
     assert json.loads(t.stdout).get("template") is None
     t = run("template", spec, "--name", "paged_attention", "--json", "-")
     assert t.returncode == 2, t.stderr
+
+
+# Run a rendered kernel and its reference at other sizes (interpret mode, as the worker's
+# tester runs it): a kernel that bakes a size-derived constant of the full shapes (a scale
+# read from a dim only the reference's own projections see) fails there.
+RESIZED_RUN = """
+import importlib.util, json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from maxkernel_worker import jax_compat
+jax_compat.apply()
+import jax, jax.numpy as jnp
+from jax.experimental.pallas import tpu as pltpu
+ref_ns = {}
+exec(open(sys.argv[3]).read(), ref_ns)
+spec = importlib.util.spec_from_file_location("kernel", sys.argv[2])
+kernel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel)
+rng = np.random.default_rng(0)
+args = []
+for shape, dtype, std, high in json.loads(sys.argv[4]):
+    if high:
+        args.append(jnp.asarray(rng.integers(1, high + 1, shape), jnp.int32))
+    else:
+        args.append(jnp.asarray(rng.normal(0.0, std, shape), jnp.dtype(dtype)))
+want = np.asarray(ref_ns["reference"](*args), np.float32)
+params = pltpu.InterpretParams(uninitialized_memory="nan", out_of_bounds_reads="raise")
+with pltpu.force_tpu_interpret_mode(params):
+    got = np.asarray(jax.block_until_ready(kernel.workload(*args)), np.float32)
+bad = ~np.isclose(got, want, atol=2e-2, rtol=2e-2)
+print(json.dumps({"bad": int(bad.sum()), "size": int(bad.size),
+                  "max_abs": float(np.nanmax(np.abs(got - want)))}))
+"""
+
+
+def run_resized(tmp_path, kernel, reference, inputs):
+    """inputs: per input (shape, dtype, normal std, lengths upper bound or 0)."""
+    script = tmp_path / "resized_run.py"
+    script.write_text(RESIZED_RUN)
+    ref = tmp_path / "reference.py"
+    ref.write_text(textwrap.dedent(reference))
+    p = subprocess.run([sys.executable, script, ROOT / "tpu_nodes" / "worker", kernel, ref,
+                        json.dumps(inputs)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+MLA_DECODE_REFERENCE = """
+    import math
+    import jax.numpy as jnp
+
+    def reference(q_nope, q_rope, latents, k_rope, w_uk, w_uv, lengths):
+        f32 = jnp.float32
+        # the no-RoPE query absorbed into the latent space: [B, H, N] x [H, N, C]
+        q_lat = jnp.einsum("bhn,hnc->bhc", q_nope.astype(f32), w_uk.astype(f32))
+        kv = latents.astype(f32)
+        s = q_lat @ jnp.swapaxes(kv, 1, 2) + (q_rope @ jnp.swapaxes(k_rope, 1, 2)).astype(f32)
+        s = s / math.sqrt(q_nope.shape[-1] + q_rope.shape[-1])
+        live = jnp.arange(latents.shape[1])[None, None, :] < lengths[:, None, None]
+        s = jnp.where(live, s, -1e30)
+        e = jnp.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+        o_lat = p @ kv                     # the latents are the values too
+        return jnp.einsum("bhc,hcv->bhv", o_lat, w_uv.astype(f32)).astype(jnp.bfloat16)
+    """
+
+
+def test_mla_decode_latents_are_keys_and_values_scale_from_projection_dim(tmp_path):
+    # MLA decode in absorb form: one input is both a key operand and the values; the score
+    # is the sum of two products (latent + RoPE parts); the scale is read from the no-RoPE
+    # head dim, which only the query's projection (replayed before the kernel) contracts.
+    spec = write_spec(
+        tmp_path, "mla_decode_like", "{B: 2, H: 16, L: 256, C: 256, N: 128, R: 64, V: 32}",
+        ["{name: q_nope, shape: [B, H, N], dtype: bfloat16}",
+         "{name: q_rope, shape: [B, H, R], dtype: bfloat16}",
+         "{name: latents, shape: [B, L, C], dtype: bfloat16}",
+         "{name: k_rope, shape: [B, L, R], dtype: bfloat16}",
+         "{name: w_uk, shape: [H, N, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: w_uv, shape: [H, C, V], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: lengths, shape: [B], dtype: int32, structural: true, "
+         "generator: {randint: {low: 1, high: 257}}}"], MLA_DECODE_REFERENCE)
+    matched, _, source = template_and_check(tmp_path, spec, "flash_attention",
+                                            {"block_q": 16, "block_k": 128})
+    summary = matched["matches"][0]["summary"]
+    assert "qk dims [256+64]" in summary, summary
+    # the latent tile is read once, as keys and as values
+    assert ", 0),\n" in source.split("o = _flash(")[1], source
+    # other sizes than the analysed ones (the tester's ragged case moves them): the no-RoPE
+    # dim N is 128 -> 8, so a scale baked as 1/sqrt(128 + 64) is wrong there (the latent
+    # dim C differs from N: with C == N the scale could be either and stays a constant)
+    b, h, l, c, n, r, v = 2, 8, 384, 128, 8, 64, 32
+    res = run_resized(tmp_path, tmp_path / "kernel.py", MLA_DECODE_REFERENCE,
+                      [[[b, h, n], "bfloat16", 1.0, 0], [[b, h, r], "bfloat16", 1.0, 0],
+                       [[b, l, c], "bfloat16", 1.0, 0], [[b, l, r], "bfloat16", 1.0, 0],
+                       [[h, n, c], "bfloat16", n ** -0.5, 0], [[h, c, v], "bfloat16", 0.09, 0],
+                       [[b], "int32", 0, l]])
+    assert res["bad"] == 0, res
