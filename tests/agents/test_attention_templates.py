@@ -355,3 +355,57 @@ def test_mla_decode_latents_are_keys_and_values_scale_from_projection_dim(tmp_pa
                        [[h, n, c], "bfloat16", n ** -0.5, 0], [[h, c, v], "bfloat16", 0.09, 0],
                        [[b], "int32", 0, l]])
     assert res["bad"] == 0, res
+
+
+def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
+    # A DeepSeek-style MLA layer without its norms: projections through a latent, rotate-half
+    # RoPE (halves by slicing), causal scores that are the SUM of a no-RoPE and a RoPE
+    # product whose key part is one per token for all heads, then the output projection
+    # (heads merged by reshape). The attention core is the kernel; the projections and RoPE
+    # before it and the output projection after it are replayed as jnp around it.
+    spec = write_spec(
+        tmp_path, "mla_layer", "{B: 1, S: 256, E: 256, C: 128, H: 2, N: 128, R: 64, V: 128}",
+        ["{name: x, shape: [B, S, E], dtype: bfloat16}",
+         "{name: w_q, shape: [E, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_qr, shape: [E, H, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_dkv, shape: [E, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_kr, shape: [E, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_uk, shape: [C, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: w_uv, shape: [C, H, V], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: w_o, shape: [H, V, E], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def rope(x):
+            seq, r = x.shape[1], x.shape[-1]
+            inv = 1.0 / 10000.0 ** (jnp.arange(0, r, 2, dtype=jnp.float32) / r)
+            ang = jnp.arange(seq, dtype=jnp.float32)[:, None] * inv[None, :]
+            ang = jnp.concatenate([ang, ang], axis=-1).reshape((1, seq) + (1,) * (x.ndim - 3) + (r,))
+            x = x.astype(jnp.float32)
+            rot = jnp.concatenate([-x[..., r // 2:], x[..., :r // 2]], axis=-1)
+            return (x * jnp.cos(ang) + rot * jnp.sin(ang)).astype(jnp.bfloat16)
+
+        def reference(x, w_q, w_qr, w_dkv, w_kr, w_uk, w_uv, w_o):
+            b, seq, _ = x.shape
+            q = jnp.einsum("bse,ehd->bhsd", x, w_q)
+            q_pe = rope(jnp.einsum("bse,ehr->bshr", x, w_qr))
+            c_kv = x @ w_dkv
+            k = jnp.einsum("bsc,chd->bhsd", c_kv, w_uk)
+            v = jnp.einsum("bsc,chd->bhsd", c_kv, w_uv)
+            k_pe = rope(x @ w_kr)                       # [B, S, R]: one RoPE key for all heads
+            s = (q.astype(jnp.float32) @ jnp.swapaxes(k, 2, 3).astype(jnp.float32)
+                 + jnp.einsum("bqhr,bkr->bhqk", q_pe, k_pe, preferred_element_type=jnp.float32))
+            s = s / jnp.sqrt(jnp.float32(q.shape[-1] + q_pe.shape[-1]))
+            s = jnp.where(jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :], s, -jnp.inf)
+            p = jax.nn.softmax(s, axis=-1)
+            o = (p @ v.astype(jnp.float32)).astype(x.dtype)   # [B, H, S, V]
+            return jnp.swapaxes(o, 1, 2).reshape(b, seq, -1) @ w_o.reshape(-1, w_o.shape[-1])
+        """, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}")
+    matched, _, source = template_and_check(tmp_path, spec, "flash_attention",
+                                            {"block_q": 128, "block_k": 128})
+    summary = matched["matches"][0]["summary"]
+    assert "qk dims [128+64]" in summary and "mask static" in summary, summary
+    body = source.split("def workload(")[1]
+    prologue, epilogue = body.split("o = _flash(")
+    assert "lax.cos" in prologue and "lax.dot_general" in prologue
+    assert "lax.dot_general" in epilogue.split("out = o")[1]
