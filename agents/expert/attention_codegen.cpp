@@ -464,7 +464,7 @@ void attention_codegen::collect_feature_sizes() {
   }
 }
 
-std::string attention_codegen::size_formula(double value) const {
+std::string attention_codegen::size_formula(double value, bool plain) const {
   if (!std::isfinite(value) || value <= 0 || value == 1.0 || feature_sizes_.empty())
     return "";
   // every choice of at most one feature size per term, summed
@@ -490,7 +490,10 @@ std::string attention_codegen::size_formula(double value) const {
     std::string e = join(parts, " + ");
     auto dd = static_cast<double>(d);
     auto near = [&](double x) { return std::abs(x - value) <= 1e-6 * value; };
-    if (near(1.0 / std::sqrt(dd)))
+    if (plain) {
+      if (near(dd))
+        found.insert(fmt::format("float({})", e));
+    } else if (near(1.0 / std::sqrt(dd)))
       found.insert(fmt::format("float(({}) ** -0.5)", e));
     else if (near(std::sqrt(dd)))
       found.insert(fmt::format("float(({}) ** 0.5)", e));
@@ -588,7 +591,8 @@ std::string attention_codegen::const_expr(const value_ref& v, const std::string&
     return const_expr(g_.operand(n, 0), operand_dtype(g_, n, 0), why);
   std::vector<std::string> ops;
   for (unsigned k = 0; k < g_.operand_count(n); ++k) {
-    ops.push_back(const_expr(g_.operand(n, k), operand_dtype(g_, n, k), why));
+    auto f = root_formula(n, k);
+    ops.push_back(!f.empty() ? f : const_expr(g_.operand(n, k), operand_dtype(g_, n, k), why));
     if (ops.back().empty())
       return "";
   }
@@ -598,8 +602,66 @@ std::string attention_codegen::const_expr(const value_ref& v, const std::string&
   return "xp.cast(" + e + ", \"" + result_dtype(g_, n) + "\")";
 }
 
+// The positions an iota holds, read with index map `axes`, as code over the block's ix.
+std::string attention_codegen::iota_expr(int n, const axis_indices& axes, std::string& why) const {
+  int dim = g_.params(n).value("dimension", 0);
+  if (dim < 0 || static_cast<size_t>(dim) >= axes.size()) {
+    why = "iota dimension out of range";
+    return "";
+  }
+  const auto& leaves = axes[static_cast<size_t>(dim)];
+  std::string acc;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    int l = leaves[i];
+    std::string idx, size = size_of(l);
+    if (contains(p_.keys, l)) {
+      // the key position: every key leaf, in order (a page slot and a row of the page)
+      if (l != p_.keys[0] || i + p_.keys.size() > leaves.size() ||
+          !std::equal(p_.keys.begin(), p_.keys.end(), leaves.begin() + static_cast<long>(i))) {
+        why = "a position over part of the keys";
+        return "";
+      }
+      i += p_.keys.size() - 1;
+      idx = "ix.k()";
+      size = "(" + keys_size() + ")";
+    } else if (c_axis(l) >= 0) {
+      idx = fmt::format("ix.c({})", c_axis(l));
+    } else if (contains(p_.q_rows, l)) {
+      std::vector<std::string> stride;
+      auto it = std::find(p_.q_rows.begin(), p_.q_rows.end(), l);
+      for (++it; it != p_.q_rows.end(); ++it)
+        stride.push_back(size_of(*it));
+      idx = fmt::format("ix.r({}, {})", stride.empty() ? "1" : join(stride, " * "), size_of(l));
+    } else {
+      why = "a position over a head dimension";
+      return "";
+    }
+    acc = acc.empty() ? idx : "(" + acc + " * " + size + " + " + idx + ")";
+  }
+  if (acc.empty())
+    acc = "0";
+  std::string dt = g_.params(n).value("dtype", std::string("int32"));
+  return dt == "int32" ? acc : "xp.cast(" + acc + ", \"" + dt + "\")";
+}
+
+std::string attention_codegen::root_formula(int node, unsigned k) const {
+  auto prim = g_.primitive(node);
+  if (prim != "sqrt" && prim != "rsqrt")
+    return "";
+  auto o = g_.operand(node, k);
+  while (o.is_node() && g_.primitive(o.id) == "convert_element_type")
+    o = g_.operand(o.id, 0);
+  if (!o.is_literal())
+    return "";
+  auto f = size_formula(literal_value(o.literal), true);
+  return f.empty() ? f : "xp.cast(" + f + ", \"" + operand_dtype(g_, node, k) + "\")";
+}
+
 std::string attention_codegen::region_operand(int node, unsigned k, std::string& why) const {
   auto o = g_.operand(node, k);
+  auto root = root_formula(node, k);
+  if (!root.empty())
+    return root;
   if (o.is_literal())
     return literal(o.literal, operand_dtype(g_, node, k), true);
   if (o.is_input()) {
@@ -611,6 +673,9 @@ std::string attention_codegen::region_operand(int node, unsigned k, std::string&
     return it->second;
   }
   if (o.is_node()) {
+    auto r = p_.iota_reads.find({node, k});
+    if (r != p_.iota_reads.end())
+      return iota_expr(o.id, r->second, why);
     auto a = alias_.find(o.id);
     if (a != alias_.end())
       return a->second;
@@ -646,45 +711,9 @@ bool attention_codegen::emit_region(std::string& why) {
     auto prim = g_.primitive(n);
     std::string e;
     if (prim == "iota") {
-      int dim = g_.params(n).value("dimension", 0);
-      const auto& axes = p_.region_axes.at(n);
-      if (dim < 0 || static_cast<size_t>(dim) >= axes.size()) {
-        why = "iota dimension out of range";
+      e = iota_expr(n, p_.region_axes.at(n), why);
+      if (e.empty())
         return false;
-      }
-      const auto& leaves = axes[static_cast<size_t>(dim)];
-      std::string acc;
-      for (size_t i = 0; i < leaves.size(); ++i) {
-        int l = leaves[i];
-        std::string idx, size = size_of(l);
-        if (contains(p_.keys, l)) {
-          // the key position: every key leaf, in order (a page slot and a row of the page)
-          if (l != p_.keys[0] || i + p_.keys.size() > leaves.size() ||
-              !std::equal(p_.keys.begin(), p_.keys.end(), leaves.begin() + static_cast<long>(i))) {
-            why = "a position over part of the keys";
-            return false;
-          }
-          i += p_.keys.size() - 1;
-          idx = "ix.k()";
-          size = "(" + keys_size() + ")";
-        } else if (c_axis(l) >= 0) {
-          idx = fmt::format("ix.c({})", c_axis(l));
-        } else if (contains(p_.q_rows, l)) {
-          std::vector<std::string> stride;
-          auto it = std::find(p_.q_rows.begin(), p_.q_rows.end(), l);
-          for (++it; it != p_.q_rows.end(); ++it)
-            stride.push_back(size_of(*it));
-          idx = fmt::format("ix.r({}, {})", stride.empty() ? "1" : join(stride, " * "), size_of(l));
-        } else {
-          why = "a position over a head dimension";
-          return false;
-        }
-        acc = acc.empty() ? idx : "(" + acc + " * " + size + " + " + idx + ")";
-      }
-      if (acc.empty())
-        acc = "0";
-      std::string dt = g_.params(n).value("dtype", std::string("int32"));
-      e = dt == "int32" ? acc : "xp.cast(" + acc + ", \"" + dt + "\")";
     } else if (is_layout_primitive(prim)) {
       // tiles broadcast by their index roles: a layout op is the value itself
       e = region_operand(n, 0, why);
@@ -751,18 +780,24 @@ bool attention_codegen::emit_region(std::string& why) {
       has_kill_ = false;  // cannot happen: refs are pure; stay safe
       return true;
     }
-    if (g_.primitive(n) == "iota") {
-      const auto& axes = p_.region_axes.at(n);
-      int dim = g_.params(n).value("dimension", 0);
+    auto note_iota = [&](int iota, const axis_indices& axes) {
+      int dim = g_.params(iota).value("dimension", 0);
+      if (dim < 0 || static_cast<size_t>(dim) >= axes.size())
+        return;
       for (int l : axes[static_cast<size_t>(dim)]) {
         if (c_axis(l) >= 0)
           c_used.insert(c_axis(l));
         if (contains(p_.q_rows, l))
           kill_rows_ = true;
       }
-    }
+    };
+    if (g_.primitive(n) == "iota")
+      note_iota(n, p_.region_axes.at(n));
     for (unsigned k = 0; k < g_.operand_count(n); ++k) {
       auto o = g_.operand(n, k);
+      auto r = p_.iota_reads.find({n, k});
+      if (r != p_.iota_reads.end())
+        note_iota(o.id, r->second);
       if (!o.is_input())
         continue;
       kill_static_ = false;

@@ -112,10 +112,13 @@ private:
   // A float literal the reference computed from its sizes (a scale (d_nope + d_rope) ** -0.5):
   // the same formula over the sizes read at trace time, "" when none fits it unambiguously.
   void collect_feature_sizes();
-  std::string size_formula(double value) const;
+  // plain: the size itself (the operand of a sqrt, jnp.sqrt(jnp.float32(d))).
+  std::string size_formula(double value, bool plain = false) const;
+  std::string root_formula(int node, unsigned k) const;
   std::string ew_expr(int node, const std::vector<std::string>& ops, std::string& why) const;
   std::string const_expr(const value_ref& v, const std::string& dtype, std::string& why) const;
   std::string region_operand(int node, unsigned k, std::string& why) const;
+  std::string iota_expr(int node, const axis_indices& axes, std::string& why) const;
   bool emit_region(std::string& why);
   bool emit_preops(const traced_operand& t, const std::string& name, bool drop_trailing_casts,
                    std::string& why);

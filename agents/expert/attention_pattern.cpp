@@ -263,6 +263,14 @@ public:
         p_.region_inputs.push_back({id, k, o.id, *ops});
         continue;
       }
+      if (o.is_node() && g_.primitive(o.id) == "iota") {
+        auto seen = p_.region_axes.find(o.id);
+        if (seen != p_.region_axes.end() &&
+            p_.space.expand(seen->second) != p_.space.expand(*ops)) {
+          p_.iota_reads[{id, k}] = *ops;   // positions: each read is its own index map
+          continue;
+        }
+      }
       if (!walk_region(o, *ops, why))
         return false;
     }
@@ -500,6 +508,8 @@ std::optional<attention_pattern> find_with_softmax(const graph_view& g, const so
     axes = p.space.expand(axes);
   for (auto& u : p.region_inputs)
     u.axes = p.space.expand(u.axes);
+  for (auto& [read, axes] : p.iota_reads)
+    axes = p.space.expand(axes);
   p.keys = p.s_axes[static_cast<size_t>(sm.axis)];
   std::set<int> kv_side;
   for (const auto& t : p.terms)

@@ -56,6 +56,9 @@ struct attention_pattern {
   bool max_subtracted = true;
   std::vector<int> region;     // score-function nodes, graph order
   std::map<int, axis_indices> region_axes;
+  // An iota read again with another index map (pos[:, None] >= pos[None, :] over one
+  // arange): (reader node, operand) -> the map of that read; the first read is in region_axes.
+  std::map<std::pair<int, unsigned>, axis_indices> iota_reads;
   std::vector<region_input_use> region_inputs;
   std::vector<int> attention_nodes;  // every node the pattern accounts for
 };

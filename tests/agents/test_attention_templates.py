@@ -357,23 +357,7 @@ def test_mla_decode_latents_are_keys_and_values_scale_from_projection_dim(tmp_pa
     assert res["bad"] == 0, res
 
 
-def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
-    # A DeepSeek-style MLA layer without its norms: projections through a latent, rotate-half
-    # RoPE (halves by slicing), causal scores that are the SUM of a no-RoPE and a RoPE
-    # product whose key part is one per token for all heads, then the output projection
-    # (heads merged by reshape). The attention core is the kernel; the projections and RoPE
-    # before it and the output projection after it are replayed as jnp around it.
-    spec = write_spec(
-        tmp_path, "mla_layer", "{B: 1, S: 256, E: 256, C: 128, H: 2, N: 128, R: 64, V: 128}",
-        ["{name: x, shape: [B, S, E], dtype: bfloat16}",
-         "{name: w_q, shape: [E, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
-         "{name: w_qr, shape: [E, H, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
-         "{name: w_dkv, shape: [E, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
-         "{name: w_kr, shape: [E, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
-         "{name: w_uk, shape: [C, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
-         "{name: w_uv, shape: [C, H, V], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
-         "{name: w_o, shape: [H, V, E], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}"],
-        """
+MLA_LAYER_REFERENCE = """
         import jax, jax.numpy as jnp
 
         def rope(x):
@@ -396,11 +380,31 @@ def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
             s = (q.astype(jnp.float32) @ jnp.swapaxes(k, 2, 3).astype(jnp.float32)
                  + jnp.einsum("bqhr,bkr->bhqk", q_pe, k_pe, preferred_element_type=jnp.float32))
             s = s / jnp.sqrt(jnp.float32(q.shape[-1] + q_pe.shape[-1]))
-            s = jnp.where(jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :], s, -jnp.inf)
+            pos = jnp.arange(seq)                       # one iota read as rows and as keys
+            s = jnp.where(pos[:, None] >= pos[None, :], s, -jnp.inf)
             p = jax.nn.softmax(s, axis=-1)
             o = (p @ v.astype(jnp.float32)).astype(x.dtype)   # [B, H, S, V]
             return jnp.swapaxes(o, 1, 2).reshape(b, seq, -1) @ w_o.reshape(-1, w_o.shape[-1])
-        """, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}")
+    """
+
+
+def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
+    # A DeepSeek-style MLA layer without its norms: projections through a latent, rotate-half
+    # RoPE (halves by slicing), causal scores that are the SUM of a no-RoPE and a RoPE
+    # product whose key part is one per token for all heads, then the output projection
+    # (heads merged by reshape). The attention core is the kernel; the projections and RoPE
+    # before it and the output projection after it are replayed as jnp around it.
+    spec = write_spec(
+        tmp_path, "mla_layer", "{B: 1, S: 256, E: 256, C: 128, H: 2, N: 128, R: 64, V: 128}",
+        ["{name: x, shape: [B, S, E], dtype: bfloat16}",
+         "{name: w_q, shape: [E, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_qr, shape: [E, H, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_dkv, shape: [E, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_kr, shape: [E, R], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}",
+         "{name: w_uk, shape: [C, H, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: w_uv, shape: [C, H, V], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
+         "{name: w_o, shape: [H, V, E], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}"],
+        MLA_LAYER_REFERENCE, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}")
     matched, _, source = template_and_check(tmp_path, spec, "flash_attention",
                                             {"block_q": 128, "block_k": 128})
     summary = matched["matches"][0]["summary"]
@@ -409,3 +413,11 @@ def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
     prologue, epilogue = body.split("o = _flash(")
     assert "lax.cos" in prologue and "lax.dot_general" in prologue
     assert "lax.dot_general" in epilogue.split("out = o")[1]
+    # the scale is 1/sqrt(N + R) at any size: N 128 -> 64 here (and other sizes elsewhere)
+    b, seq, e, c, h, n, r, v = 1, 128, 128, 64, 2, 64, 64, 128
+    res = run_resized(tmp_path, tmp_path / "kernel.py", MLA_LAYER_REFERENCE,
+                      [[[b, seq, e], "bfloat16", 1.0, 0], [[e, h, n], "bfloat16", 0.06, 0],
+                       [[e, h, r], "bfloat16", 0.06, 0], [[e, c], "bfloat16", 0.06, 0],
+                       [[e, r], "bfloat16", 0.06, 0], [[c, h, n], "bfloat16", 0.09, 0],
+                       [[c, h, v], "bfloat16", 0.09, 0], [[h, v, e], "bfloat16", 0.06, 0]])
+    assert res["bad"] == 0, res
