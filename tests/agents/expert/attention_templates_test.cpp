@@ -1,8 +1,9 @@
 // The attention family of the expert brain (loop_index_space, attention_pattern,
 // flash_attention, paged_attention) on analyze summaries of small references written by
 // attention_data/make_graphs.py with the worker's own analyze(): what is recognised in each
-// spelling, what is refused, deterministic rendering, VMEM, and three distinct playbook
-// children. End-to-end kernels (lowered and tested) are in tests/agents/test_attention_templates.py.
+// spelling, what is refused, deterministic rendering, VMEM, three distinct playbook children,
+// scales written over the sizes, one iota read as rows and keys. End-to-end kernels (lowered
+// and tested) are in tests/agents/test_attention_templates.py.
 #include "agents/expert/attention_pattern.hpp"
 #include "agents/expert/loop_index_space.hpp"
 #include "agents/expert/playbook.hpp"
@@ -214,4 +215,44 @@ TEST(AttentionTemplates, VmemGrowsWithBlocksAndThePlaybookHasThreeChildren) {
   ASSERT_TRUE(m);
   nlohmann::json small = {{"block_q", 64}, {"block_k", 128}}, big = {{"block_q", 256}, {"block_k", 256}};
   EXPECT_LT(flash->vmem_bytes(*m, small), flash->vmem_bytes(*m, big));
+}
+
+TEST(AttentionTemplates, AScaleTheReferenceComputedFromSizesIsAFormulaOverThem) {
+  auto flash = mx::find_template("flash_attention");
+  auto chip = v6e();
+  std::string src, err;
+  // (d_nope + d_rope) ** -0.5 with d_nope contracted only by the absorbed W_UK product (the
+  // replayed prologue): written from the inputs' shapes, not as 1/sqrt(192)
+  auto g = load("mla_absorb_scale");
+  auto m = flash->match(*g.view, g.spec);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(flash->render(*m, flash->initial_params(*m, chip), src, err)) << err;
+  EXPECT_NE(src.find(".shape[1] + n"), std::string::npos) << src;
+  EXPECT_NE(src.find(") ** -0.5)"), std::string::npos);
+  EXPECT_EQ(src.find("0.0721"), std::string::npos);
+  // a constant no size explains (0.1) stays a constant
+  auto c = load("two_terms_projected");
+  auto mc = flash->match(*c.view, c.spec);
+  ASSERT_TRUE(mc);
+  ASSERT_TRUE(flash->render(*mc, flash->initial_params(*mc, chip), src, err)) << err;
+  EXPECT_NE(src.find(" * 0.1"), std::string::npos) << src;
+  EXPECT_EQ(src.find(") ** -0.5)"), std::string::npos);
+}
+
+TEST(AttentionPattern, OneArangeReadAsRowsAndAsKeys) {
+  auto g = load("one_arange_causal");
+  std::string why;
+  auto p = mx::find_attention(*g.view, why);
+  ASSERT_TRUE(p) << why;
+  EXPECT_EQ(p->iota_reads.size(), 1u);
+  auto flash = mx::find_template("flash_attention");
+  auto m = flash->match(*g.view, g.spec);
+  ASSERT_TRUE(m);
+  // the rows' and the keys' positions of one iota: a causal (static, row-dependent) mask
+  EXPECT_NE(m->summary.find("mask static"), std::string::npos) << m->summary;
+  std::string src, err;
+  ASSERT_TRUE(flash->render(*m, flash->initial_params(*m, v6e()), src, err)) << err;
+  EXPECT_NE(src.find("ix.k()"), std::string::npos);
+  EXPECT_NE(src.find("ix.r("), std::string::npos);
+  EXPECT_NE(src.find("kill_rows=True"), std::string::npos);
 }

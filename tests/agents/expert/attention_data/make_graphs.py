@@ -1,7 +1,7 @@
 """Writes the analyze summaries (DataflowGraph JSON) that
 tests/agents/expert/attention_templates_test.cpp reads: small attention references in several
 spellings, analysed by the worker's own analyze(). Re-run after a change to analyze.py:
-  .venv/bin/python tests/agents/expert/attention_data/make_graphs.py"""
+  .venv/bin/python tests/agents/expert/attention_data/make_graphs.py [case ...]"""
 import json
 import os
 import sys
@@ -54,6 +54,23 @@ def two_terms_projected(q_nope, q_pe, latent, k_pe, w_uv):
     return jnp.einsum("bhc,chd->bhd", o, w_uv.astype(f32)).astype(bf16)
 
 
+def mla_absorb_scale(q_nope, q_pe, latent, k_pe, w_uk, w_uv):
+    # MLA decode in absorb form; the scale reads the no-RoPE dim only W_UK's product sees
+    q_lat = jnp.einsum("bhn,hnc->bhc", q_nope, w_uk, preferred_element_type=f32)
+    s = (jnp.einsum("bhc,blc->bhl", q_lat, latent.astype(f32))
+         + jnp.einsum("bhr,blr->bhl", q_pe, k_pe, preferred_element_type=f32))
+    s = s * (q_nope.shape[-1] + q_pe.shape[-1]) ** -0.5
+    o = jnp.einsum("bhl,blc->bhc", jax.nn.softmax(s, axis=-1), latent.astype(f32))
+    return jnp.einsum("bhc,hcd->bhd", o, w_uv.astype(f32)).astype(bf16)
+
+
+def one_arange_causal(q, k, v):
+    pos = jnp.arange(q.shape[2])
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=f32) / 8.0
+    s = jnp.where(pos[:, None] >= pos[None, :], s, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v.astype(f32))
+
+
 def softmax_of_matmul(x, w):
     return jax.nn.softmax(x @ w, axis=-1)
 
@@ -69,10 +86,18 @@ CASES = {
                             [S((4, 16, 256), bf16), S((4, 16, 64), bf16), S((4, 512, 256), bf16),
                              S((4, 512, 64), bf16), S((256, 16, 128), bf16)], ()),
     "softmax_of_matmul": (softmax_of_matmul, [S((128, 256), f32), S((256, 512), f32)], ()),
+    "mla_absorb_scale": (mla_absorb_scale,
+                         [S((4, 16, 128), bf16), S((4, 16, 64), bf16), S((4, 512, 256), bf16),
+                          S((4, 512, 64), bf16), S((16, 128, 256), bf16),
+                          S((16, 256, 128), bf16)], ()),
+    "one_arange_causal": (one_arange_causal, [S((1, 2, 256, 128), bf16)] * 3, ()),
 }
 
 if __name__ == "__main__":
+    only = set(sys.argv[1:])   # case names (default: all)
     for name, (fn, args, static) in CASES.items():
+        if only and name not in only:
+            continue
         g = analyze(fn, args, static)
         with open(os.path.join(HERE, name + ".json"), "w") as f:
             json.dump(g, f, indent=1, sort_keys=True)
