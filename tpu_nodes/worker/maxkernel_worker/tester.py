@@ -402,8 +402,9 @@ def _reference_in_float64(task, configuration, args, expected) -> list | None:
 
 def within_reference_error(got: list, expected: list, truth: list, tolerance) -> tuple[bool, int]:
     """(passes, elements rescued): every element within atol + rtol*|expected| of the
-    reference, or (both finite) within atol + rtol*|truth| + WIDE_MULTIPLIER*|expected -
-    truth| of the float64 truth."""
+    reference, or (all finite) within atol + rtol*|truth| + WIDE_MULTIPLIER*noise of the
+    float64 truth, noise being the larger of |expected - truth| there and its RMS over the
+    output."""
     from .generators import is_float_dtype
     rescued = 0
     for k, (g, e, t) in enumerate(zip(got, expected, truth)):
@@ -415,8 +416,13 @@ def within_reference_error(got: list, expected: list, truth: list, tolerance) ->
             ok = (np.abs(a - b) <= atol + rtol * np.abs(b)) | (a == b) | (np.isnan(a) & np.isnan(b))
             strict = int(ok.sum())
             if is_float_dtype(e.dtype):   # integer outputs (indices) get no allowance
-                ok |= (np.isfinite(a) & np.isfinite(b) & np.isfinite(x)
-                       & (np.abs(a - x) <= atol + rtol * np.abs(x) + WIDE_MULTIPLIER * np.abs(b - x)))
+                finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(x)
+                ref_err = np.where(finite, np.abs(b - x), 0.0)
+                # The reference's error at one element can be small by chance where the
+                # output is ill-conditioned everywhere (softmax of logits ~1e6): its RMS
+                # over the output is the floor of the noise a reordering may show.
+                noise = np.maximum(ref_err, float(np.sqrt(np.mean(ref_err * ref_err))))
+                ok |= finite & (np.abs(a - x) <= atol + rtol * np.abs(x) + WIDE_MULTIPLIER * noise)
         if not np.all(ok):
             return False, 0
         rescued += g.size - strict
