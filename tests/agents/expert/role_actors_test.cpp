@@ -6,6 +6,7 @@
 #include "agents/expert/expert_brains.hpp"
 #include "agents/implementer_actor.hpp"
 #include "agents/planner_actor.hpp"
+#include "agents/role_chain.hpp"
 #include "maxkernel/schema/common.capnp.h"
 #include "messages/payload_codec.hpp"
 #include "tests/agents/expert/scale_template.hpp"
@@ -132,4 +133,50 @@ TEST_F(RoleActors, ImplementerAndDebuggerRoundTrip) {
   env.self->send_exit(implementer, caf::exit_reason::user_shutdown);
   env.self->send_exit(debugger, caf::exit_reason::user_shutdown);
   env.run_messages();
+}
+
+namespace {
+
+// Reads the whole request over and over, as the expert brains do with the analysis (each
+// template's match walks the graph): past the decode's traversal limit in total.
+class rereading_planner final : public agents::planner_brain {
+public:
+  uint64_t words_read = 0;
+  std::string name() const override { return "rereading"; }
+  agents::brain_status plan(schema::PlannerRequest::Reader request,
+                            schema::Plan::Builder out) override {
+    constexpr uint64_t limit_words = 8ull * 1024 * 1024;  // messages/capnp_io.cpp
+    while (words_read <= 2 * limit_words) {
+      uint64_t n = 0;
+      for (auto node : request.getAnalysis().getNodes()) {
+        // every pointer a brain follows counts: text, lists, their structs
+        n += node.getPrimitive().size() / 8 + node.getParams().size() / 8 + 2;
+        for (auto t : node.getOperands())
+          n += t.getShape().size() + t.getDtype().size() / 8;
+        n += node.getOperandIds().size() / 2 + 1;
+      }
+      words_read += std::max<uint64_t>(n, 1);
+    }
+    out.setNoTemplate(true);
+    out.setMessage("read the request past the traversal limit");
+    return {};
+  }
+};
+
+}  // namespace
+
+// A regression test: a brain that rereads a request more than the traversal limit allows
+// in total got malformed_message (a large flash attention backward graph in the planner).
+// Through the chain the role actors run (a brain not named "expert" gets a detached actor,
+// outside the deterministic scheduler).
+TEST_F(RoleActors, BrainsMayRereadARequestPastTheTraversalLimit) {
+  auto brain = std::make_shared<rereading_planner>();
+  auto r = agents::run_planners({brain}, planner_request("mul"));
+  ASSERT_TRUE(std::holds_alternative<payload>(r))
+    << messages::message_of(std::get<caf::error>(r));
+  EXPECT_GT(brain->words_read, 2 * 8ull * 1024 * 1024);
+  std::string err;
+  auto msg = messages::open_payload<schema::Plan>(std::get<payload>(r), err);
+  ASSERT_TRUE(msg) << err;
+  EXPECT_TRUE(msg->root<schema::Plan>().getNoTemplate());
 }
