@@ -6,54 +6,18 @@ normalisation after PV, paged KV caches) go through the built `maxkernel templat
 rendered kernel through `maxkernel check` (lowered for TPU, tested in interpret mode against
 the reference). A reference that is not attention is refused."""
 import json
-import os
-import pathlib
 import subprocess
 import sys
 import textwrap
 
-import pytest
+import template_cli
+from template_cli import ROOT, needs_binary, run, write_spec
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
-
-pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
-
-
-def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
-    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
-    lines += [f"  - {i}" for i in inputs]
-    lines.append("reference: |")
-    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
-    lines.append(f"tolerance: {tolerance}")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def run(*args, timeout=600):
-    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+pytestmark = needs_binary
 
 
 def template_and_check(tmp_path, spec, family, params=None):
-    kernel = tmp_path / "kernel.py"
-    args = ["template", spec, "--out", kernel, "--json", "-"]
-    if params:
-        args += ["--params", json.dumps(params)]
-    t = run(*args)
-    assert t.returncode == 0, t.stderr
-    matched = json.loads(t.stdout)
-    assert matched["template"] == family, matched
-    source = kernel.read_text()
-    assert source.startswith(f"# {family} template")
-    c = run("check", spec, kernel, "--json", "-")
-    result = json.loads(c.stdout)
-    phases = {p["phase"]: p for p in result["phases"]}
-    assert c.returncode == 0, (phases, source)
-    assert result["correct"] is True
-    assert result["pallas_calls"], result
-    return matched, result, source
+    return template_cli.template_and_check(tmp_path, spec, family, params, by_name=False)
 
 
 QKV_BHSD = ["{name: q, shape: [B, H, S, D], dtype: bfloat16}",
@@ -349,7 +313,7 @@ def test_mla_decode_latents_are_keys_and_values_scale_from_projection_dim(tmp_pa
     # dim N is 128 -> 8, so a scale baked as 1/sqrt(128 + 64) is wrong there (the latent
     # dim C differs from N: with C == N the scale could be either and stays a constant)
     b, h, l, c, n, r, v = 2, 8, 384, 128, 8, 64, 32
-    res = run_resized(tmp_path, tmp_path / "kernel.py", MLA_DECODE_REFERENCE,
+    res = run_resized(tmp_path, tmp_path / f"{spec.stem}.py", MLA_DECODE_REFERENCE,
                       [[[b, h, n], "bfloat16", 1.0, 0], [[b, h, r], "bfloat16", 1.0, 0],
                        [[b, l, c], "bfloat16", 1.0, 0], [[b, l, r], "bfloat16", 1.0, 0],
                        [[h, n, c], "bfloat16", n ** -0.5, 0], [[h, c, v], "bfloat16", 0.09, 0],
@@ -415,7 +379,7 @@ def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
     assert "lax.dot_general" in epilogue.split("out = o")[1]
     # the scale is 1/sqrt(N + R) at any size: N 128 -> 64 here (and other sizes elsewhere)
     b, seq, e, c, h, n, r, v = 1, 128, 128, 64, 2, 64, 64, 128
-    res = run_resized(tmp_path, tmp_path / "kernel.py", MLA_LAYER_REFERENCE,
+    res = run_resized(tmp_path, tmp_path / f"{spec.stem}.py", MLA_LAYER_REFERENCE,
                       [[[b, seq, e], "bfloat16", 1.0, 0], [[e, h, n], "bfloat16", 0.06, 0],
                        [[e, h, r], "bfloat16", 0.06, 0], [[e, c], "bfloat16", 0.06, 0],
                        [[e, r], "bfloat16", 0.06, 0], [[c, h, n], "bfloat16", 0.09, 0],

@@ -6,52 +6,16 @@ residual, a layernorm over channels, a max pool) go through the built `maxkernel
 and the rendered kernel through `maxkernel check` (lowered for TPU, tested in interpret mode
 against the reference). A reference without a convolution is refused."""
 import json
-import os
-import pathlib
-import subprocess
-import textwrap
 
-import pytest
+import template_cli
+from template_cli import needs_binary, run, write_spec
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
-
-pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
-
-
-def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
-    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
-    lines += [f"  - {i}" for i in inputs]
-    lines.append("reference: |")
-    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
-    lines.append(f"tolerance: {tolerance}")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def run(*args, timeout=600):
-    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+pytestmark = needs_binary
 
 
 def template_and_check(tmp_path, spec, params=None):
-    kernel = tmp_path / "kernel.py"
-    args = ["template", spec, "--name", "conv_gemm", "--out", kernel, "--json", "-"]
-    if params:
-        args += ["--params", json.dumps(params)]
-    t = run(*args)
-    assert t.returncode == 0, t.stderr
-    matched = json.loads(t.stdout)
-    assert matched["template"] == "conv_gemm", matched
-    source = kernel.read_text()
-    assert source.startswith("# maxkernel expert template: conv_gemm")
+    matched, _, source = template_cli.template_and_check(tmp_path, spec, "conv_gemm", params)
     assert "pl.pallas_call(" in source
-    c = run("check", spec, kernel, "--json", "-")
-    result = json.loads(c.stdout)
-    phases = {p["phase"]: p for p in result["phases"]}
-    assert c.returncode == 0, (phases, source)
-    assert result["correct"] is True
     summary = next(m["summary"] for m in matched["matches"] if m["template"] == "conv_gemm")
     return matched, summary, source
 

@@ -8,8 +8,6 @@ state loop), matmul_backward (jax.vjp /
 explicit einsums over a 3-D activation), attention_backward (jax.vjp of a causal einsum
 attention / jax.grad of a hand-written unmasked one in [B, S, H, D]). Each family also refuses
 a reference that is close to it but not of it."""
-import pytest
-
 from template_cli import matches, needs_binary, template_and_check, write_spec
 
 pytestmark = needs_binary
