@@ -37,6 +37,8 @@ value_ref graph_view::operand(int id, unsigned k) const {
   if (k < n.getOperandIds().size() && n.getOperandIds()[k] >= 0) {
     v.what = value_ref::kind::node;
     v.id = n.getOperandIds()[k];
+    if (k < n.getOperandResults().size())
+      v.result = n.getOperandResults()[k];
   } else if (k < n.getOperandInputs().size() && n.getOperandInputs()[k] >= 0) {
     v.what = value_ref::kind::input;
     v.id = n.getOperandInputs()[k];

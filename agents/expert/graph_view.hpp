@@ -19,6 +19,9 @@ struct value_ref {
   enum class kind { node, input, literal, unknown } what = kind::unknown;
   int id = -1;              // node id or input index
   std::string literal;      // JSON of the literal ("-inf" etc. as strings)
+  // Which result of node `id` (analyze's operandResults); -1 when the summary does not say
+  // (older summaries): callers then match the result by type.
+  int result = -1;
   bool is_node() const { return what == kind::node; }
   bool is_input() const { return what == kind::input; }
   bool is_literal() const { return what == kind::literal; }

@@ -131,7 +131,7 @@ bool replay_values(const graph_view& g, const std::vector<int>& outputs,
     auto o = g.operand(id, k);
     int r = -1;
     if (o.is_node() && g.node(o.id).getResults().size() > 1)
-      r = result_of(g, o.id, g.node(id).getOperands()[k]);
+      r = o.result >= 0 ? o.result : result_of(g, o.id, g.node(id).getOperands()[k]);
     if (r == -2)
       return "";
     return replayed(g, o, src, r);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace maxkernel::agents::expert::moe {
@@ -198,6 +199,62 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
     }
   }
 
+  // jnp.mean / jnp.var: a reduce_sum divided by a literal equal to the element count of the
+  // reduced dims (or multiplied by its reciprocal). The count is the product of those dims'
+  // expressions, so the mean stays a mean at the tester's reduced sizes; a literal the sizes
+  // do not explain stays a constant.
+  if (!req.block_mode)
+    for (unsigned id = 0; id < graph.size(); ++id) {
+      int n = static_cast<int>(id);
+      auto p = graph.primitive(n);
+      if ((p != "div" && p != "mul") || graph.operand_count(n) != 2)
+        continue;
+      for (unsigned k = p == "div" ? 1u : 0u; k < 2; ++k) {
+        auto lit = graph.operand(n, k);
+        if (!lit.is_literal())
+          continue;
+        auto parsed = nlohmann::json::parse(lit.literal, nullptr, false);
+        if (!parsed.is_number())
+          continue;
+        double value = parsed.get<double>();
+        auto v = graph.operand(n, 1 - k);
+        while (v.is_node() && (graph.primitive(v.id) == "broadcast_in_dim" ||
+                               graph.primitive(v.id) == "reshape" ||
+                               graph.primitive(v.id) == "squeeze" ||
+                               graph.primitive(v.id) == "expand_dims" ||
+                               graph.primitive(v.id) == "convert_element_type"))
+          v = graph.operand(v.id, 0);
+        if (!v.is_node() || graph.primitive(v.id) != "reduce_sum" ||
+            graph.operand_count(v.id) != 1)
+          continue;
+        auto axes = ints(graph.params(v.id), "axes");
+        auto src = graph.operand(v.id, 0);
+        auto src_shape = to_vector(graph.node(v.id).getOperands()[0].getShape());
+        int r = !src.is_node() ? 0 : src.result >= 0 ? src.result : dims.result_of_operand(v.id, 0);
+        double count = 1;
+        std::string expr;
+        for (auto a : axes) {
+          auto e = a >= 0 && a < static_cast<int64_t>(src_shape.size()) && r >= 0
+                       ? dims.dim_expr(src, static_cast<int>(a), r) : std::string();
+          if (e.empty()) {
+            expr.clear();
+            break;
+          }
+          count *= static_cast<double>(src_shape[static_cast<size_t>(a)]);
+          expr += (expr.empty() ? "" : " * ") + e;
+        }
+        if (expr.empty() || axes.empty())
+          continue;
+        std::string dtype = graph.node(n).getOperands()[k].getDtype().cStr();
+        if (p == "div" && std::abs(value - count) <= 1e-6 * count)
+          literal_override[{n, k}] =
+              fmt::format("np.asarray({}, dtype={})", expr, py_dtype(dtype));
+        else if (p == "mul" && std::abs(value * count - 1.0) <= 1e-6)
+          literal_override[{n, k}] =
+              fmt::format("np.asarray(1.0 / ({}), dtype={})", expr, py_dtype(dtype));
+      }
+    }
+
   auto var_name = [&](int n, int r) {
     auto results = graph.node(n).getResults();
     return results.size() > 1 ? fmt::format("{}{}_{}", req.prefix, n, r)
@@ -213,8 +270,14 @@ bool build_replay(const graph_view& graph, const dim_symbols& dims, const replay
         e = req.given.at(v.id);
         return true;
       }
-      int r = dims.result_of_operand(n, k);
       auto results = graph.node(v.id).getResults();
+      // The summary says which result (analyze's operandResults); older ones do not: then
+      // the result is the one of the operand's type, refused when several have it.
+      if (v.result >= 0 && static_cast<unsigned>(v.result) < results.size()) {
+        e = var_name(v.id, v.result);
+        return true;
+      }
+      int r = dims.result_of_operand(n, k);
       int matches = 0;
       for (auto res : results)
         matches += to_vector(res.getShape()) == to_vector(type.getShape()) &&

@@ -33,6 +33,8 @@ struct DataflowNode {
   hasDot @11 :Bool;
   operandInputs @12 :List(Int32);  # per operand: the graph input it is, or -1
   operandLiterals @13 :List(Text); # per operand: JSON of a scalar literal or constant, or ""
+  operandResults @14 :List(Int32); # per operand: which result of its producer (operandIds) it
+                                   # reads, -1 when not a node's result; empty in older summaries
 }
 
 struct DataflowGraph {

@@ -434,6 +434,10 @@ class Walker:
         self.unknown: set[str] = set()
         self.hidden_dots: list[dict] = []
         self.hidden_matmul_flops = 0.0
+        # Which result of its node a ref is: records of nodes map to their node id; a loop's or
+        # cond's result k (one record for the whole equation) to the ref its listed body gave.
+        self.record_node: dict[int, int] = {}
+        self.whole_outs: dict[tuple[int, int], tuple] = {}
 
     # -- entry points
     def walk_top(self, closed):
@@ -462,6 +466,19 @@ class Walker:
             "bytes": self.total("bytes"),
             "minBytes": float(min_bytes),
         }
+
+    def result_index(self, ref) -> int:
+        """Which result of node ref[0] the ref reads; -1 when it is not a node's result."""
+        seen = 0
+        while ref[0] >= 0 and ref[1][0] == "rec" and seen < 10000:
+            rec, k = ref[1][1], ref[1][2]
+            if self.record_node.get(rec) == ref[0]:
+                return k
+            inner = self.whole_outs.get((rec, k))
+            if inner is None or inner[0] != ref[0]:
+                return -1
+            ref, seen = inner, seen + 1
+        return -1
 
     def total(self, field: str) -> float:
         return float(sum(n[field] * n["count"] for n in self.nodes))
@@ -506,6 +523,8 @@ class Walker:
         """Refs for the results of a loop or cond: graph ids from its listed body, evaluation
         through the whole equation."""
         rec = self.record(eqn, refs, evaluable)
+        for k, r in enumerate(inner_outs):
+            self.whole_outs[(rec, k)] = r
         return [(g, ("rec", rec, k)) for k, (g, _) in enumerate(inner_outs)]
 
     def eqn(self, eqn, refs, count, evaluable):
@@ -559,6 +578,7 @@ class Walker:
             "operandIds": [r[0] for r in refs],
             "operandInputs": [ref_input(r) for r in refs],
             "operandLiterals": [ref_literal(r) for r in refs],
+            "operandResults": [self.result_index(r) for r in refs],
             "flops": float(f if flops is None else flops),
             "transcendentals": float(t if transcendentals is None else transcendentals),
             "bytes": float(eqn_bytes(eqn) if bytes_ is None else bytes_),
@@ -568,6 +588,7 @@ class Walker:
         if name in DOT_OPS:
             self.nodes[node_id]["dot"] = DOT_OPS[name](eqn, count)
         rec = self.record(eqn, refs, evaluable)
+        self.record_node[rec] = node_id
         return node_id, [(node_id, ("rec", rec, k)) for k in range(len(eqn.outvars))]
 
     def cond(self, eqn, refs, count):
