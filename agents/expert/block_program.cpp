@@ -232,6 +232,7 @@ private:
   struct refinement {
     int axis = -1, factor = -1;
     int64_t parts = 0;
+    bool trailing = false;  // (size / parts, parts): the trailing part is the constant
   } refine_;
   std::string why_;
 
@@ -277,6 +278,8 @@ private:
   int full_level(int a) const;
   int64_t const_prefix(int a, int level) const;   // -1 when a factor is not a constant
   bool coarse(const val& v, int a) const;
+  int64_t pool_of(const val& v, int a) const;     // > 1: pooled along a (group size)
+  bool pooled(const val& v, int a) const { return pool_of(v, a) > 1; }
   std::string kernel_size(const val& v, int a) const;  // the value's size along a, in code
   std::string onehot(const std::string& cur, const std::string& groups) const;
   std::string adapt(const val& v, const std::vector<int>& level);
@@ -327,12 +330,33 @@ bool builder::coarse(const val& v, int a) const {
   if (v.level.size() != static_cast<size_t>(naxes()))
     return false;
   int l = v.level[static_cast<size_t>(a)];
-  return l > 0 && l < full_level(a);
+  return l > 0 && l < full_level(a) && const_prefix(a, l) > 0;
+}
+
+// Product of the trailing factors a value does not span along a, when they are all
+// constants and the leading ones are not (one value per group of adjacent elements).
+int64_t builder::pool_of(const val& v, int a) const {
+  if (v.level.size() != static_cast<size_t>(naxes()))
+    return 0;
+  int l = v.level[static_cast<size_t>(a)];
+  if (l <= 0 || l >= full_level(a) || const_prefix(a, l) > 0)
+    return 0;
+  const auto& ax = space_[static_cast<size_t>(a)];
+  int64_t n = 1;
+  for (size_t i = static_cast<size_t>(l); i < ax.factors.size(); ++i) {
+    const auto& e = ax.factor_exprs[i];
+    if (e.empty() || !std::all_of(e.begin(), e.end(), [](char c) { return std::isdigit(c); }))
+      return ax.factors[i] == 1 ? n : 0;
+    n *= std::stoll(e);
+  }
+  return n;
 }
 
 std::string builder::kernel_size(const val& v, int a) const {
   if (coarse(v, a))
     return std::to_string(const_prefix(a, v.level[static_cast<size_t>(a)]));
+  if (pooled(v, a))
+    return fmt::format("(_blk[{}] // {})", kaxis_[static_cast<size_t>(a)], pool_of(v, a));
   return fmt::format("_blk[{}]", kaxis_[static_cast<size_t>(a)]);
 }
 
@@ -409,6 +433,9 @@ bool builder::check_value(val& v, const std::string& what) {
           has_coarse_ = true;
           return true;
         }
+        // Pooled: the trailing factors of the lane axis, all constants (group sizes).
+        if (kaxis_[static_cast<size_t>(last_axis)] == kdims_ - 1 && pooled(v, last_axis))
+          return true;
         return fail(what + ": spans part of space axis " + std::to_string(last_axis));
       }
   }
@@ -556,7 +583,7 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
   if (!check_value(v, "graph input " + std::to_string(input)))
     return false;
   for (int a = 0; a < naxes(); ++a)
-    if (coarse(v, a))
+    if (coarse(v, a) || pooled(v, a))
       return fail("graph input " + std::to_string(input) + " holds one value per group");
   v.mat = v.present;
   block_operand op;
@@ -799,6 +826,12 @@ bool builder::reshape_map(const std::vector<int64_t>& from, const std::vector<di
           refine_.axis = axis;
           refine_.factor = f;
           refine_.parts = want;
+          // The smaller part is the constant: a group count (GroupNorm's (G, n // G)) or
+          // a group size (maxout's (n // g, g)).
+          int64_t rest = prod / want;
+          refine_.trailing = prod % want == 0 && rest < want;
+          if (refine_.trailing)
+            refine_.parts = rest;
         }
         return fail("reshape splits a dim inside one factor of space axis " +
                     std::to_string(axis) + " (a grouped reduction?)");
@@ -909,6 +942,10 @@ bool builder::elementwise(int id, const std::string& p) {
         return false;
       ops[k].var = args[k];
     } else if (r.known && ops[k].known) {
+      for (int a = 0; a < naxes(); ++a)
+        if (ops[k].present[static_cast<size_t>(a)] && pooled(ops[k], a) &&
+            r.level[static_cast<size_t>(a)] != ops[k].level[static_cast<size_t>(a)])
+          return fail(node_desc(id) + ": combines a pooled value with one per element");
       args[k] = adapt(ops[k], r.level);  // coarse operands expanded to the result's level
     } else {
       args[k] = ops[k].var;
@@ -1144,6 +1181,9 @@ bool builder::process(int id) {
     r.count = o.count;
     r.count_text = o.count_text;
     for (int a = 0; a < naxes(); ++a)
+      if (pooled(o, a) && r.level[static_cast<size_t>(a)] != o.level[static_cast<size_t>(a)])
+        return fail(node_desc(id) + ": broadcasts a pooled value back over its groups");
+    for (int a = 0; a < naxes(); ++a)
       if (coarse(o, a) && r.level[static_cast<size_t>(a)] > o.level[static_cast<size_t>(a)]) {
         r.var = adapt(o, r.level);  // broadcast along the trailing factors: expand
         r.mat[static_cast<size_t>(a)] = true;
@@ -1194,6 +1234,43 @@ bool builder::process(int id) {
       return fail(node_desc(id) + ": result rank does not match");
     if (!check_value(r, node_desc(id)))
       return false;
+    if (grouped >= 0 && pooled(r, grouped)) {
+      // Pooled (maxout): groups of P adjacent elements of the lane axis; the block holds
+      // them member-major (see the header), so the reduction combines P lane slices.
+      int64_t P = pool_of(r, grouped);
+      if ((p != "reduce_sum" && p != "reduce_max" && p != "reduce_min") || axes.size() != 1)
+        return fail(node_desc(id) + ": a pooled reduction other than a sum, max or min");
+      if (o.level[static_cast<size_t>(grouped)] < full_level(grouped))
+        return fail(node_desc(id) + ": pools a value already pooled");
+      if (out_.pool_axis >= 0 && (out_.pool_axis != grouped || out_.pool != P))
+        return fail(node_desc(id) + ": pools with two group sizes");
+      out_.pool_axis = grouped;
+      out_.pool = P;
+      int k = kaxis_[static_cast<size_t>(grouped)];
+      std::string w = fmt::format("(_blk[{}] // {})", k, P);
+      auto slice = [&](int64_t q) {
+        return fmt::format("jax.lax.slice_in_dim({{0}}, {0} * {1}, {2} * {1}, axis={3})", q, w,
+                           q + 1, k);
+      };
+      std::string e = slice(0);
+      for (int64_t q = 1; q < P; ++q)
+        e = p == "reduce_sum" ? "(" + e + " + " + slice(q) + ")"
+            : fmt::format("jnp.{}({}, {})", p == "reduce_max" ? "maximum" : "minimum", e,
+                          slice(q));
+      stmt s;
+      s.present = r.present;
+      s.kind = r.kind;
+      s.prim = p;
+      s.args = {materialize(o, {grouped})};
+      s.expr = e;
+      s.var = "v" + std::to_string(id);
+      r.mat = o.mat;
+      r.count = count;
+      r.count_text = std::to_string(P);
+      r.var = add_stmt(s);
+      nodes_[id] = r;
+      return true;
+    }
     if (grouped >= 0) {
       if (p != "reduce_sum" || axes.size() != 1)
         return fail(node_desc(id) + ": a grouped reduction other than a sum");
@@ -1493,7 +1570,7 @@ bool builder::emit_full() {
 // The streamed form along axis A (see the header).
 bool builder::streamed(std::string& code, std::string& why) {
   const int A = req_.stream_axis;
-  if (has_coarse_) {
+  if (has_coarse_ || out_.pool_axis >= 0) {
     why = "grouped reductions need whole groups in a block";
     return false;
   }
@@ -1794,11 +1871,14 @@ bool builder::apply_refinement() {
     return false;
   int64_t size = ax.factors[f];
   std::string expr = ax.factor_exprs[f];
-  ax.factors[f] = refine_.parts;
-  ax.factor_exprs[f] = std::to_string(refine_.parts);
-  ax.factors.insert(ax.factors.begin() + static_cast<long>(f) + 1, size / refine_.parts);
+  std::string lead = std::to_string(refine_.parts),
+              rest = "(" + expr + " // " + std::to_string(refine_.parts) + ")";
+  ax.factors[f] = refine_.trailing ? size / refine_.parts : refine_.parts;
+  ax.factor_exprs[f] = refine_.trailing ? rest : lead;
+  ax.factors.insert(ax.factors.begin() + static_cast<long>(f) + 1,
+                    refine_.trailing ? refine_.parts : size / refine_.parts);
   ax.factor_exprs.insert(ax.factor_exprs.begin() + static_cast<long>(f) + 1,
-                         "(" + expr + " // " + std::to_string(refine_.parts) + ")");
+                         refine_.trailing ? lead : rest);
   for (auto& s : seeds_)
     for (auto& d : s.dims)
       if (d.axis == refine_.axis) {
@@ -1841,6 +1921,8 @@ bool builder::run(std::string& reason) {
     out_.primitives.clear();
     out_.transcendentals = 0;
     out_.reduced.assign(space_.size(), false);
+    out_.pool_axis = -1;
+    out_.pool = 1;
     for (size_t i = 0; ok && i < seeds_.size(); ++i) {
       const auto& s = seeds_[i];
       val v;
@@ -1872,6 +1954,14 @@ bool builder::run(std::string& reason) {
       pass = -1;  // start over on the refined space
     }
   }
+  // Along a pooled axis the blocks are member-major: global indices would be wrong.
+  for (size_t i = 0; ok && out_.pool_axis >= 0 && i < stmts_.size(); ++i) {
+    const auto& s = stmts_[i];
+    bool along = std::find(s.axes.begin(), s.axes.end(), out_.pool_axis) != s.axes.end();
+    if ((s.prim == "iota" && s.present[static_cast<size_t>(out_.pool_axis)]) ||
+        (along && s.red != "sum" && s.red != "max" && s.red != "min"))
+      ok = fail(s.prim + " along the pooled axis (its blocks are member-major)");
+  }
   // Outputs.
   for (size_t k = 0; ok && k < req_.outputs.size(); ++k) {
     const auto& ref = req_.outputs[k];
@@ -1897,6 +1987,11 @@ bool builder::run(std::string& reason) {
     for (int a = 0; ok && a < naxes(); ++a)
       if (coarse(v, a))
         ok = fail("output " + std::to_string(k) + " holds one value per group");
+    if (ok && out_.pool_axis >= 0 && v.present[static_cast<size_t>(out_.pool_axis)]) {
+      o.pooled = pooled(v, out_.pool_axis);
+      if (!o.pooled)  // it would come back member-major
+        ok = fail("output " + std::to_string(k) + " spans the pooled axis element by element");
+    }
     if (!ok)
       break;
     o.present = v.present;

@@ -124,12 +124,22 @@ struct block_output {
   std::vector<dim_map> dims;
   std::vector<bool> present;        // per space axis
   std::string ref_shape;            // Python tuple expression of the reference shape
+  bool pooled = false;              // one value per group along block_program::pool_axis
 };
 
 struct block_program {
   std::vector<block_operand> operands;  // extras, in the order the code takes them
   std::vector<block_output> outputs;    // in request order
   std::vector<bool> reduced;            // per space axis: some reduction runs along it
+  // A POOLED reduction (maxout: z.reshape(m, n // g, g).max(-1)): along the lane axis
+  // pool_axis, groups of `pool` adjacent elements (a constant count, the trailing factors of
+  // the axis) reduce to one. The code expects every block along pool_axis in MEMBER-MAJOR
+  // order: element c * pool + r of a block (of the seeds and of the operands spanning the
+  // axis at full size) at position r * (block / pool) + c, so a group's reduction is one of
+  // `pool` lane-aligned slices. Pooled outputs come back in natural order, block / pool wide.
+  // Iotas and arg-reductions along pool_axis are refused (the order is permuted).
+  int pool_axis = -1;
+  int64_t pool = 1;
   std::vector<std::string> primitives;  // the primitives fused (for summaries)
   int transcendentals = 0;              // transcendental ops per element (for cost notes)
   std::string code;                     // def <name>(seeds, extras, offsets, extents)

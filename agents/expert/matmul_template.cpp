@@ -335,6 +335,13 @@ public:
     for (auto& o : prog.outputs)
       if (!o.present[0] && space[0].extent() > 1)
         return std::nullopt;
+    // A pooled epilogue (maxout: groups of `pool` adjacent columns reduced to one) runs on
+    // member-major column blocks: the wrapper permutes w's columns (and the extras spanning
+    // N) within each block, and the output block is bn / pool wide. Only along N, in tile
+    // mode (a row reduction of N as well would need whole rows: not done).
+    int64_t pool = prog.pool_axis >= 0 ? prog.pool : 1;
+    if (pool > 1 && (n_split || prog.pool_axis != 2 || prog.reduced[2]))
+      return std::nullopt;
 
     // Canonical operands (deduplicated: x @ w1 and x @ w2 read x once).
     bool int_dot = !is_float_dtype(g.dtype(value_ref{value_ref::kind::node, dots[0], ""}));
@@ -422,6 +429,8 @@ public:
       if (pr[2])
         need(an, 128);
     }
+    if (pool > 1)  // pooled output blocks lane-aligned: bn / pool a multiple of 128
+      need(an, 128 * pool);
     json outputs = json::array();
     std::string result;
     for (size_t k = 0; k < prog.outputs.size(); ++k) {
@@ -497,11 +506,12 @@ public:
     for (auto& p : prog.primitives)
       prims += (prims.empty() ? "" : " ") + p;
     tm.summary = fmt::format(
-        "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}", dots.size(),
+        "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}{}", dots.size(),
         space[0].extent(), space[1].extent(),
         space[2].extent() * (n_split ? space[3].extent() : 1), k0, lhs[0].layout,
         rhs[0].layout, ", " + eltype, prims.empty() ? "none" : prims, mode,
-        full_m ? ", whole columns of M per block" : "");
+        full_m ? ", whole columns of M per block" : "",
+        pool > 1 ? fmt::format(", output pooled by {} along N", pool) : "");
     json config = {{"mode", mode},
                    {"full_m", full_m},
                    {"align", {am, an, ak}},
@@ -514,6 +524,7 @@ public:
                    {"outputs", outputs},
                    {"acc_dtype", int_dot ? "int32" : "float32"},
                    {"stream_accs", stream_accs},
+                   {"pool", pool},
                    {"transcendentals", prog.transcendentals}};
     std::string code = prog.code;
     if (mode == "stream")
@@ -573,9 +584,11 @@ public:
       std::string dt = bytes == 2 ? "bfloat16" : bytes == 1 ? "int8" : "float32";
       io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn : 1, dt);
     }
+    int64_t pool = c.value("pool", int64_t{1});
     for (const auto& o : c["outputs"]) {
       const auto& pres = o[0];
-      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn : 1, o[1]);
+      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn / pool : 1,
+                       o[1]);
     }
     int64_t ndots = static_cast<int64_t>(c["dots"].size());
     int64_t acc = ndots * tile_bytes(b.bm, b.bn, "float32");
@@ -615,9 +628,9 @@ public:
                               : (n_major ? (nk > 1 ? nm : 1.0) : ((nk > 1 || nn > 1) ? nm : 1.0));
       (is_lhs ? lhs : rhs) += bytes * rereads;
     }
-    double out = 0;
+    double out = 0, pool = c.value("pool", 1.0);
     for (const auto& o : c["outputs"])
-      out += B * (o[0][1].get<bool>() ? M : 1) * (o[0][2].get<bool>() ? N : 1) *
+      out += B * (o[0][1].get<bool>() ? M : 1) * (o[0][2].get<bool>() ? N / pool : 1) *
              dtype_bytes(o[1]);
     double bw = chip.hbm_bandwidth > 0 ? chip.hbm_bandwidth * chip.device_share() : 1e12;
     double flops = chip.bf16_flops > 0 ? chip.bf16_flops * chip.device_share() : 1e14;

@@ -191,15 +191,58 @@ def test_refuses_what_the_generator_cannot_express(tmp_path):
         def reference(x, w):
             return jnp.cumsum(x @ w, axis=-1)
         """)
-    grouped = write_spec(tmp_path, "grouped_max_mm", "{M: 64, K: 128, N: 256}", XW, """
+    # groups of rows, not of columns: the pooled reduction runs along the lane axis only
+    grouped = write_spec(tmp_path, "grouped_rows_max_mm", "{M: 64, K: 128, N: 256}", XW, """
         import jax.numpy as jnp
 
         def reference(x, w):
             y = (x @ w).astype(jnp.float32)
-            return y.reshape(y.shape[0], -1, 4).max(-1)
+            return y.reshape(y.shape[0] // 4, 4, y.shape[1]).max(1)
         """)
     for spec in (cumsum, grouped):
         t = run("template", spec, "--json", "-")
         families = [m["template"] for m in json.loads(t.stdout).get("matches", [])] \
             if t.stdout.strip() else []
         assert "matmul" not in families and "rowwise" not in families, (spec, t.stdout)
+
+
+def test_maxout_bias_reshape_max(tmp_path):
+    # maxout: groups of 4 adjacent output columns reduced by max; the output is N // 4 wide
+    spec = write_spec(tmp_path, "maxout4", "{M: 64, K: 128, N: 1024}",
+                      XW + ["{name: b, shape: [N], dtype: bfloat16}"], """
+        import jax.numpy as jnp
+
+        def reference(x, w, b):
+            m, n = x.shape[0], w.shape[1]
+            z = jnp.dot(x, w, preferred_element_type=jnp.float32) + b
+            return z.reshape(m, n // 4, 4).max(axis=-1).astype(x.dtype)
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 32, "block_n": 512, "block_k": 128})
+    assert "pooled by 4" in summary(matched, "matmul")
+    assert "_member_major" in source
+
+
+def test_maxout_spellings_reduce_max_and_sum(tmp_path):
+    # lax.reduce_max over a 3-D view after einsum + relu (pairs), and a sum of groups of 8
+    pairs = write_spec(tmp_path, "maxout2", "{M: 32, K: 128, N: 512}", XW, """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            y = jax.nn.relu(jnp.einsum("mk,kn->mn", x, w).astype(jnp.float32))
+            v = jnp.reshape(y, (y.shape[0], y.shape[1] // 2, 2))
+            return jax.lax.reduce_max(v, axes=(2,))
+        """)
+    matched, _, _ = template_and_check(tmp_path, pairs, "matmul",
+                                       {"block_m": 32, "block_n": 256, "block_k": 128})
+    assert "pooled by 2" in summary(matched, "matmul")
+    eights = write_spec(tmp_path, "sumpool8", "{M: 32, K: 128, N: 2048}", XW, """
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            y = jnp.tanh(x.astype(jnp.float32) @ w.astype(jnp.float32))
+            return jnp.sum(y.reshape(-1, y.shape[-1] // 8, 8), axis=2)
+        """)
+    matched, _, _ = template_and_check(tmp_path, eights, "matmul",
+                                       {"block_m": 32, "block_n": 1024, "block_k": 128})
+    assert "pooled by 8" in summary(matched, "matmul")

@@ -14,7 +14,9 @@ PARAMS = {{params}}
 # epilogue mode (tile: elementwise only; row: a block holds whole rows of N; stream: row
 # statistics accumulated across N blocks; group: a block holds one group of NI columns, the
 # epilogue reducing within groups), and the alignment of (M, N, K) blocks. An extra marked
-# "inner" spans one group and is the same block for every column block.
+# "inner" spans one group and is the same block for every column block. With pool > 1 the
+# epilogue reduces groups of `pool` adjacent columns (maxout): it reads each column block
+# member-major (see _member_major) and its outputs are bn // pool wide.
 CFG = {{config}}
 
 
@@ -35,6 +37,15 @@ def _fit(dim, want, align):
     return dim
 
 
+def _member_major(x, axis, bn, g):
+    """x with the columns of every block of bn along axis reordered member-major: column
+    c * g + r of a block moves to r * (bn // g) + c, so member r of every group of g adjacent
+    columns is one lane-aligned slice of the block (an HBM copy, no lane shuffles in VMEM)."""
+    s = x.shape
+    x = x.reshape(s[:axis] + (s[axis] // bn, bn // g, g) + s[axis + 1:])
+    return jnp.swapaxes(x, axis + 1, axis + 2).reshape(s)
+
+
 def _cast(x, chain):
     for dt in chain:
         x = x.astype(jnp.dtype(dt))
@@ -53,6 +64,12 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
         bn = _fit(N, int(PARAMS["block_n"]), an)
     bk = _fit(K, int(PARAMS["block_k"]), ak)
     nm, nn, nk = M // bm, N // bn, K // bk
+    pool = CFG["pool"]
+    if pool > 1:
+        mats = [_member_major(x, 2 if lay == "kn" else 1, bn, pool) if lay in ("kn", "nk")
+                else x for x, lay in zip(mats, CFG["mat_layouts"])]
+        extras = [x if pres is None or not pres[2] else _member_major(x, 2, bn, pool)
+                  for x, pres in zip(extras, CFG["extras"])]
     n_major = mode == "tile" and PARAMS.get("grid_order", "m_major") == "n_major"
     grid = (B, nn, nm, nk) if n_major else (B, nm, nn, nk)
 
@@ -61,8 +78,8 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             return pl.BlockSpec(shape, lambda b, j, i, k: f(b, i, j, k))
         return pl.BlockSpec(shape, f)
 
-    def space_spec(pres):
-        shape = (None, bm if pres[1] else 1, bn if pres[2] else 1)
+    def space_spec(pres, cols=bn):
+        shape = (None, bm if pres[1] else 1, cols if pres[2] else 1)
         inner = len(pres) > 3  # one group, whichever column block
         return spec(shape, lambda b, i, j, k: (b if pres[0] else 0, i if pres[1] else 0,
                                                j if pres[2] and not inner else 0))
@@ -79,9 +96,10 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
                         else space_spec(pres))
     out_specs, out_shape = [], []
     for pres, dt in CFG["outputs"]:
-        out_specs.append(space_spec(pres))
+        out_specs.append(space_spec(pres, bn // pool))
         out_shape.append(jax.ShapeDtypeStruct(
-            (B if pres[0] else 1, M if pres[1] else 1, N if pres[2] else 1), jnp.dtype(dt)))
+            (B if pres[0] else 1, M if pres[1] else 1, N // pool if pres[2] else 1),
+            jnp.dtype(dt)))
 
     dots = CFG["dots"]
     casts = CFG["native_casts"] if PARAMS.get("fp8_mxu") == "native" else CFG["casts"]

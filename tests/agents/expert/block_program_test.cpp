@@ -210,14 +210,28 @@ TEST(BlockProgram, GroupedSumsRefineTheFactorAndRunOnTheMxu) {
   EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], 4 * (w.shape[1] // 4))");
 }
 
-TEST(BlockProgram, RefusesGroupedMaxAndUnknownPrimitives) {
-  {
-    auto g = load("maxout_after_matmul");
-    mx::block_program p;
-    std::string why;
-    EXPECT_FALSE(mx::build_block_program(*g.view, matmul_request(*g.view), p, why));
-    EXPECT_TRUE(has(why, "grouped")) << why;
-  }
+TEST(BlockProgram, MaxoutPoolsGroupsOfAdjacentColumns) {
+  // y.reshape(m, n // 4, 4).max(-1): the group SIZE 4 is the constant (the smaller part)
+  auto g = load("maxout_after_matmul");
+  mx::block_program p;
+  std::string why;
+  ASSERT_TRUE(mx::build_block_program(*g.view, matmul_request(*g.view, 1), p, why)) << why;
+  EXPECT_EQ(p.pool_axis, 1);
+  EXPECT_EQ(p.pool, 4);
+  // the max of 4 lane slices of a member-major block, their width from the block at run time
+  EXPECT_TRUE(has(p.code, "jnp.maximum(")) << p.code;
+  EXPECT_TRUE(has(p.code, "jax.lax.slice_in_dim(s0, 3 * (_blk[1] // 4), 4 * (_blk[1] // 4), "
+                          "axis=1)")) << p.code;
+  EXPECT_FALSE(has(p.code, "512")) << p.code;
+  EXPECT_FALSE(has(p.code, "Precision.HIGHEST")) << p.code;  // no one-hot matmuls
+  EXPECT_EQ(p.reduced, (std::vector<bool>{false, false}));
+  EXPECT_FALSE(p.streamable);
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_TRUE(p.outputs[0].pooled);
+  EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], (w.shape[1] // 4))");
+}
+
+TEST(BlockProgram, RefusesUnknownPrimitives) {
   {
     auto g = load("cumsum_after_matmul");
     mx::block_program p;

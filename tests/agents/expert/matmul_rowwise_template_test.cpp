@@ -179,9 +179,19 @@ TEST(RowwiseTemplate, RmsnormOverMergedRows) {
 }
 
 TEST(Templates, RefuseWhatTheGeneratorCannotExpress) {
-  for (const char* name : {"cumsum_after_matmul", "maxout_after_matmul"}) {
-    auto t = load(name);
-    EXPECT_FALSE(match("matmul", t)) << name;
-    EXPECT_FALSE(match("rowwise", t)) << name;
-  }
+  auto t = load("cumsum_after_matmul");
+  EXPECT_FALSE(match("matmul", t));
+  EXPECT_FALSE(match("rowwise", t));
+}
+
+TEST(Templates, MatmulPoolsMaxoutGroups) {
+  auto t = load("maxout_after_matmul");
+  auto m = match("matmul", t);
+  ASSERT_TRUE(m);
+  const auto& cfg = m->facts["config"];
+  EXPECT_EQ(cfg["mode"], "tile");
+  EXPECT_EQ(cfg["pool"], 4);
+  EXPECT_EQ(cfg["align"][1], 512);  // bn / 4 a multiple of 128 lanes
+  EXPECT_NE(m->summary.find("pooled by 4"), std::string::npos) << m->summary;
+  check_params_and_children("matmul", *m, "v6e");
 }
