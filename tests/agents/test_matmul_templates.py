@@ -6,52 +6,10 @@ chains (layernorm with weight and bias, log-softmax) go through the built `maxke
 template`, and the rendered kernel through `maxkernel check` (lowered for TPU, tested in
 interpret mode against the reference). References the generator cannot express are refused."""
 import json
-import os
-import pathlib
-import subprocess
-import textwrap
 
-import pytest
+from template_cli import needs_binary, run, template_and_check, write_spec
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
-
-pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
-
-
-def write_spec(tmp_path, name, dims, inputs, reference, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}"):
-    lines = [f"name: {name}", f"dims: {dims}", "inputs:"]
-    lines += [f"  - {i}" for i in inputs]
-    lines.append("reference: |")
-    lines += ["  " + l for l in textwrap.dedent(reference).strip("\n").splitlines()]
-    lines.append(f"tolerance: {tolerance}")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def run(*args, timeout=600):
-    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def template_and_check(tmp_path, spec, family, params=None):
-    kernel = tmp_path / "kernel.py"
-    args = ["template", spec, "--name", family, "--out", kernel, "--json", "-"]
-    if params:
-        args += ["--params", json.dumps(params)]
-    t = run(*args)
-    assert t.returncode == 0, t.stderr
-    matched = json.loads(t.stdout)
-    assert matched["template"] == family, matched
-    source = kernel.read_text()
-    assert source.startswith(f"# maxkernel expert template: {family}")
-    c = run("check", spec, kernel, "--json", "-")
-    result = json.loads(c.stdout)
-    phases = {p["phase"]: p for p in result["phases"]}
-    assert c.returncode == 0, (phases, source)
-    assert result["correct"] is True
-    return matched, result, source
+pytestmark = needs_binary
 
 
 def summary(matched, family):
