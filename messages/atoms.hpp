@@ -22,5 +22,11 @@ using debug_atom = caf::atom_constant<caf::atom("debug")>;
 // The tester: TesterRequest -> TestPlan, and JudgeRequest -> Verdict.
 using testplan_atom = caf::atom_constant<caf::atom("testplan")>;
 using judge_atom = caf::atom_constant<caf::atom("judge")>;
+// A supervisor: OptimizeRequest -> OptimizeResult; Progress to its listener while it runs.
+using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+// The dispatcher: -> DispatcherStatus; a node joins the set it dispatches to.
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
 
 }  // namespace maxkernel::messages

@@ -120,6 +120,7 @@ public:
     int best = -1;
     double best_us = 0;
     auto history = req.getHistory();
+    std::string expand = req.getParentId().cStr();
     for (unsigned i = 0; i < history.size(); ++i) {
       auto c = history[i].getCandidate();
       if (c.getTemplate().size() == 0)
@@ -127,6 +128,13 @@ public:
       tried_templates.insert(c.getTemplate().cStr());
       seen.insert(params_key(c.getTemplate().cStr(), params_of(c)));
       auto r = history[i].getResult();
+      if (!expand.empty()) {
+        // The graph search names the vertex to expand (the last entry of that id: a
+        // candidate evaluated twice keeps its latest result).
+        if (expand == c.getId().cStr() && r.getCorrect() && r.getHasProfile())
+          best = static_cast<int>(i);
+        continue;
+      }
       if (r.getCorrect() && r.getHasProfile() &&
           (best < 0 || r.getProfile().getTimeUs() < best_us)) {
         best = static_cast<int>(i);
@@ -160,9 +168,12 @@ public:
         }
       }
     }
-    // Templates not tried yet are alternatives (first when nothing correct exists yet).
+    // Templates not tried yet are alternatives (first when nothing correct exists yet); a
+    // named parent gets its own moves only.
     double base = best >= 0 ? 0.5 : 100.0;
     for (const auto& mt : matches) {
+      if (!expand.empty())
+        break;
       if (tried_templates.count(mt.tmpl->name()))
         continue;
       auto params = mt.tmpl->initial_params(mt.match, chip);
@@ -195,7 +206,9 @@ public:
     std::vector<std::string> names;
     for (const auto& mt : matches)
       names.push_back(mt.tmpl->name());
-    out.setMessage(steps.empty() ? "every move from the best candidate was tried already"
+    out.setMessage(steps.empty() && !expand.empty() && best < 0
+                     ? "the candidate to expand is not a correct one of the history"
+                   : steps.empty() ? "every move from the best candidate was tried already"
                                  : fmt::format("matching templates: {}", fmt::join(names, ", ")));
     return {};
   }

@@ -114,6 +114,8 @@ struct PlannerRequest {
   chip @4 :Text;
   maxSteps @5 :UInt32;            # 0: the brain's default; the graph search asks for several
   seed @6 :UInt64;
+  parentId @7 :Text;              # expand this candidate of the history (the graph search's
+                                  # frontier vertex); "" = the best correct one
 }
 
 struct ImplementRequest {

@@ -1,0 +1,98 @@
+# The supervisors' messages (actors/, docs/modes.md): `maxkernel optimize` hands a supervisor
+# an OptimizeRequest (the task, the reference's analyze summary, the search settings) and gets
+# an OptimizeResult (the search graph's vertices and the best correct one). While it runs the
+# supervisor sends Progress to its listener. The graph is persisted by search/search_graph as
+# it grows; a Vertex is also what that database stores.
+@0xf7e67a0e6ddd73c6;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("maxkernel::schema");
+using import "kernel_structure.capnp".DataflowGraph;
+using import "kernel_spec.capnp".KernelSpec;
+using import "candidate.capnp".Candidate;
+using import "eval.capnp".EvalResult;
+using import "agent.capnp".Diagnosis;
+using import "agent.capnp".Usage;
+
+struct SearchSettings {
+  mode @0 :Text;               # auto | graph | hitl
+  chip @1 :Text;
+  seed @2 :UInt64;
+  budgetEvals @3 :UInt32;      # candidates to evaluate (each with the tester's cases); 0: no cap
+  budgetSeconds @4 :Float64;   # wall time; 0: no cap (a search cut by time is not reproducible)
+  maxRepairs @5 :UInt32;       # debugger attempts per lineage
+  patience @6 :UInt32;         # stop after this many iterations (auto) or rounds (graph)
+                               # without a faster correct candidate; 0: never
+  targetRoofline @7 :Float64;  # stop once the best reaches this fraction of roofline; 0: never
+  beamWidth @8 :UInt32;        # graph: frontier vertices expanded per round
+  branching @9 :UInt32;        # graph: children asked of the planner per vertex
+  policy @10 :Text;            # graph: beam | bandit
+  deadlineMs @11 :UInt32;      # per evaluation request; 0: the node's default
+}
+
+struct OptimizeRequest {
+  schemaVersion @0 :UInt32;
+  spec @1 :KernelSpec;
+  analysis @2 :DataflowGraph;  # the reference's analyze summary (configuration 0)
+  settings @3 :SearchSettings;
+  referenceTimeUs @4 :Float64; # for speedups in progress reports; 0 when unknown
+  graphPath @5 :Text;          # the search graph's SQLite file ("" = not persisted); a search
+                               # already in it with the same key is resumed
+}
+
+enum VertexState {
+  pending @0;      # fixed, not evaluated yet (a resumed search dispatches it again)
+  evaluated @1;    # its result, verdict and diagnosis are in
+  failed @2;       # did not lower or test correctly after the debugger's attempts
+}
+
+struct Vertex {
+  index @0 :UInt32;            # its position in the graph: creation order, 0-based
+  parent @1 :Int32 = -1;       # the vertex it was derived from; -1 for a first candidate
+  strategy @2 :Text;           # the move that made it ("template", "growBlock {...}", a fix)
+  round @3 :UInt32;            # auto: iteration; graph: round
+  state @4 :VertexState;
+  candidate @5 :Candidate;     # the last candidate of its lineage (after repairs)
+  result @6 :EvalResult;       # its evaluation at the default options, when hasResult
+  hasResult @7 :Bool;
+  correct @8 :Bool;            # passed the node's test and every one of the tester's cases
+  verdict @9 :Text;            # the tester's summary, or why it failed
+  failureClass @10 :Text;      # "" when correct
+  timeUs @11 :Float64;         # the profile's time (modeled or measured); 0 when none
+  rooflineUs @12 :Float64;
+  diagnosis @13 :Diagnosis;    # the profiler's, when hasDiagnosis
+  hasDiagnosis @14 :Bool;
+  repairs @15 :UInt32;         # debugger fixes applied to reach `candidate`
+  evaluations @16 :UInt32;     # evaluation requests it took (cases and repairs included)
+  cacheHits @17 :UInt32;
+  rationale @18 :Text;         # the planner's rationale for the step
+}
+
+struct FailureCount {
+  failureClass @0 :Text;
+  count @1 :UInt32;
+}
+
+struct Progress {
+  evaluations @0 :UInt32;      # candidates evaluated so far
+  budgetEvals @1 :UInt32;
+  bestTimeUs @2 :Float64;      # 0 while nothing is correct
+  bestSpeedup @3 :Float64;     # against the reference; 0 when unknown
+  round @4 :UInt32;
+  inFlight @5 :UInt32;         # evaluation requests out at the nodes
+  message @6 :Text;            # what just happened, one line
+}
+
+struct OptimizeResult {
+  schemaVersion @0 :UInt32;
+  vertices @1 :List(Vertex);   # the whole graph, index order
+  best @2 :Int32 = -1;         # the fastest correct vertex; -1 when none
+  candidatesEvaluated @3 :UInt32;
+  evaluations @4 :UInt32;      # evaluation requests (tester cases and repairs included)
+  cacheHits @5 :UInt32;
+  failures @6 :List(FailureCount);
+  usage @7 :Usage;
+  stopReason @8 :Text;         # budget, time, stagnation, roofline, exhausted
+  rounds @9 :UInt32;
+  resumed @10 :Bool;           # it continued a search found in graphPath
+  bestPerEvaluation @11 :List(Float64);  # best correct time after each candidate (0: none yet)
+}
