@@ -1,6 +1,6 @@
 #include "cli/calibrate_command.hpp"
 
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 #include "cli/kernel_file.hpp"
 #include "cli/measurements_csv.hpp"
 #include "cli/output_file.hpp"
@@ -59,9 +59,9 @@ int trace_row(const measurement_row& row, tpu_nodes::worker_client& worker,
   }
   capnp::MallocMessageBuilder msg;
   auto request = msg.initRoot<schema::EvalRequest>();
-  tpu_nodes::request_settings settings;
+  messages::request_settings settings;
   settings.chip = row.chip;
-  tpu_nodes::build_eval_request(request, spec, source, row.kernel, settings);
+  messages::build_eval_request(request, spec, source, row.kernel, settings);
   auto answer = worker.evaluate(tpu_nodes::eval_kind::extract, request.asReader(), deadline);
   if (!answer.ok) {
     error = where + ": kernel: " + answer.message;

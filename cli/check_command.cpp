@@ -63,7 +63,7 @@ int run_check(const check_options& opts) {
     }
   }
 
-  tpu_nodes::request_settings settings;
+  messages::request_settings settings;
   settings.chip = spec.getChip().cStr();
   settings.full = opts.full;
   settings.seeds = opts.seeds;

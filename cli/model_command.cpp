@@ -56,7 +56,7 @@ int run_model(const model_options& opts) {
   std::optional<bool> tested;  // correctness does not depend on the chip: tested once
   std::string details;
   for (const auto& chip : chips) {
-    tpu_nodes::request_settings settings;
+    messages::request_settings settings;
     settings.chip = chip;
     settings.profile_only = tested.has_value();
     auto kernel = evaluate(session, spec, source, fs::absolute(opts.kernel).string(), settings);

@@ -6,9 +6,9 @@ namespace maxkernel::cli {
 
 evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
                    const std::string& source, const std::string& origin,
-                   const tpu_nodes::request_settings& settings) {
+                   const messages::request_settings& settings) {
   capnp::MallocMessageBuilder msg;
-  tpu_nodes::build_eval_request(msg.initRoot<schema::EvalRequest>(), spec, source, origin, settings);
+  messages::build_eval_request(msg.initRoot<schema::EvalRequest>(), spec, source, origin, settings);
   evaluated out;
   auto answer = session.evaluate(messages::encode(msg));
   if (answer.exit_code != 0) {

@@ -1,7 +1,7 @@
 // One evaluation through the command's tpu_node, decoded.
 #pragma once
 
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 #include "cli/node_session.hpp"
 #include "messages/capnp_io.hpp"
 
@@ -19,7 +19,7 @@ struct evaluated {
 
 evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
                    const std::string& source, const std::string& origin,
-                   const tpu_nodes::request_settings& settings);
+                   const messages::request_settings& settings);
 
 // Why an evaluation has no profile, from its failed phase.
 std::string failure_of(schema::EvalResult::Reader result);

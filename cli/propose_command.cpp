@@ -258,7 +258,7 @@ int run_propose(const propose_options& opts) {
     }
     auto test_plan = tests.root<schema::TestPlan>();
 
-    tpu_nodes::request_settings settings;
+    messages::request_settings settings;
     settings.chip = chip_name;
     for (auto step : plan.getSteps()) {
       capnp::MallocMessageBuilder ireq_msg;
@@ -306,7 +306,7 @@ int run_propose(const propose_options& opts) {
             auto c = test_plan.getCases()[i];
             capnp::MallocMessageBuilder req_msg;
             auto req = req_msg.initRoot<schema::EvalRequest>();
-            tpu_nodes::build_eval_request(req, spec, cand.getSource().cStr(),
+            messages::build_eval_request(req, spec, cand.getSource().cStr(),
                                           cand.getOrigin().cStr(), settings);
             auto chip_of_request = std::string(req.getOptions().getChip().cStr());
             req.setOptions(c.getOptions());
@@ -409,7 +409,7 @@ int run_propose(const propose_options& opts) {
   }
 
   // The reference's time, the baseline's when the spec has one, and the profiler's reading.
-  tpu_nodes::request_settings settings;
+  messages::request_settings settings;
   settings.chip = chip_name;
   settings.reference = true;
   auto reference = evaluate(session, spec, "", "reference", settings);
@@ -424,7 +424,7 @@ int run_propose(const propose_options& opts) {
   if (!baseline_path.empty()) {
     std::ifstream f(baseline_path);
     std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    tpu_nodes::request_settings bs;
+    messages::request_settings bs;
     bs.chip = chip_name;
     bs.profile_only = true;
     auto baseline = evaluate(session, spec, source, baseline_path, bs);

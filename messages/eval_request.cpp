@@ -1,8 +1,8 @@
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 
 #include "messages/content_hash.hpp"
 
-namespace maxkernel::tpu_nodes {
+namespace maxkernel::messages {
 
 void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
                         const std::string& source, const std::string& origin,
@@ -32,4 +32,4 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
     seeds.set(i, settings.seeds[i]);
 }
 
-}  // namespace maxkernel::tpu_nodes
+}  // namespace maxkernel::messages

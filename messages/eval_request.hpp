@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace maxkernel::tpu_nodes {
+namespace maxkernel::messages {
 
 struct request_settings {
   std::string chip;              // "" = the spec's
@@ -28,4 +28,4 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
                         const std::string& source, const std::string& origin,
                         const request_settings& settings);
 
-}  // namespace maxkernel::tpu_nodes
+}  // namespace maxkernel::messages

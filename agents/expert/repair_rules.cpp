@@ -11,14 +11,6 @@
 namespace maxkernel::agents::expert {
 namespace {
 
-using EC = schema::ErrorClass;
-
-std::string class_name(EC c) {
-  auto e = capnp::Schema::from<EC>().getEnumerants();
-  auto i = static_cast<unsigned>(c);
-  return i < e.size() ? std::string(e[i].getProto().getName().cStr()) : "unknown";
-}
-
 int64_t value_of(const nlohmann::json& p, const tunable& t) {
   auto it = p.find(t.name);
   int64_t v = (it != p.end() && it->is_number()) ? it->get<int64_t>() : t.extent;
@@ -175,20 +167,6 @@ struct attempt {
 };
 
 }  // namespace
-
-std::string failure_class(schema::EvalResult::Reader result) {
-  for (auto p : result.getPhases())
-    if (p.getStatus() == schema::Status::FAILED)
-      return class_name(p.getErrorClass());
-  return result.getCorrect() ? "none" : "mismatch";
-}
-
-std::string failure_message(schema::EvalResult::Reader result) {
-  for (auto p : result.getPhases())
-    if (p.getStatus() == schema::Status::FAILED)
-      return p.getMessage().cStr();
-  return "";
-}
 
 repair repair_params(const kernel_template& t, const template_match& m,
                      const nlohmann::json& params, const config::chip& chip,

@@ -9,6 +9,7 @@
 
 #include "agents/expert/kernel_template.hpp"
 #include "maxkernel/schema/eval.capnp.h"
+#include "messages/eval_failure.hpp"
 
 #include <set>
 #include <string>
@@ -23,8 +24,8 @@ struct repair {
 };
 
 // The first failed phase's error class name (as in eval.capnp) and message.
-std::string failure_class(schema::EvalResult::Reader result);
-std::string failure_message(schema::EvalResult::Reader result);
+using messages::failure_class;
+using messages::failure_message;
 
 // `tried`: fixes already applied on this lineage (not repeated).
 repair repair_params(const kernel_template& t, const template_match& m,

@@ -4,7 +4,7 @@
 #include "maxkernel/schema/eval.capnp.h"
 #include "maxkernel/schema/kernel_spec.capnp.h"
 #include "messages/capnp_io.hpp"
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 #include "tpu_nodes/worker_client.hpp"
 
 #include <capnp/message.h>
@@ -109,9 +109,9 @@ int main(int argc, char** argv) {
   auto spec = spec_msg->root<schema::KernelSpec>();
   capnp::MallocMessageBuilder req_msg;
   auto req = req_msg.initRoot<schema::EvalRequest>();
-  tpu_nodes::request_settings settings;
+  messages::request_settings settings;
   settings.chip = "v6e";
-  tpu_nodes::build_eval_request(req, spec, read_file(kernel), kernel, settings);
+  messages::build_eval_request(req, spec, read_file(kernel), kernel, settings);
   auto request = req.asReader();
 
   std::vector<std::pair<std::string, std::function<bool()>>> steps = {

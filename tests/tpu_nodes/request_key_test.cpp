@@ -2,7 +2,7 @@
 // commands build them (tpu_nodes/eval_request): every option that changes a result changes
 // the key, the tester's modes included, and a request without the modes keeps the key text
 // it had before they existed (results already in the store still answer it).
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 #include "tpu_nodes/request_key.hpp"
 
 #include <capnp/message.h>
@@ -12,7 +12,7 @@
 #include <string>
 
 using namespace maxkernel;
-using tpu_nodes::request_settings;
+using messages::request_settings;
 
 namespace {
 
@@ -30,7 +30,7 @@ void build(built& b, const request_settings& settings) {
   spec.setName("matmul");
   spec.setChip("v5e");
   spec.setReference("def reference(a, b):\n    return a @ b\n");
-  tpu_nodes::build_eval_request(b.msg.initRoot<schema::EvalRequest>(), spec.asReader(),
+  messages::build_eval_request(b.msg.initRoot<schema::EvalRequest>(), spec.asReader(),
                                 kernel_source, "test", settings);
   b.request = b.msg.getRoot<schema::EvalRequest>().asReader();
 }

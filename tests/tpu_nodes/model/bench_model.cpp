@@ -5,7 +5,7 @@
 #include "config/native_spec_loader.hpp"
 #include "maxkernel/schema/eval.capnp.h"
 #include "messages/capnp_io.hpp"
-#include "tpu_nodes/eval_request.hpp"
+#include "messages/eval_request.hpp"
 #include "tpu_nodes/model/tpu_model.hpp"
 #include "tpu_nodes/worker_client.hpp"
 
@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
   }
   capnp::MallocMessageBuilder request_msg;
   auto request = request_msg.initRoot<schema::EvalRequest>();
-  tpu_nodes::request_settings settings;
+  messages::request_settings settings;
   settings.chip = argv[3];
-  tpu_nodes::build_eval_request(request, spec.asReader(), source.str(), argv[2], settings);
+  messages::build_eval_request(request, spec.asReader(), source.str(), argv[2], settings);
   auto extracted = worker.evaluate(tpu_nodes::eval_kind::extract, request.asReader(),
                                    std::chrono::minutes(5));
   auto graph = worker.analyze(spec.asReader(), 0, std::chrono::minutes(5));
