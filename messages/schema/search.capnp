@@ -35,8 +35,9 @@ struct OptimizeRequest {
   analysis @2 :DataflowGraph;  # the reference's analyze summary (configuration 0)
   settings @3 :SearchSettings;
   referenceTimeUs @4 :Float64; # for speedups in progress reports; 0 when unknown
-  graphPath @5 :Text;          # the search graph's SQLite file ("" = not persisted); a search
-                               # already in it with the same key is resumed
+  graphPath @5 :Text;          # the search graph's SQLite file ("" = not persisted)
+  resume @6 :Bool;             # continue the search of the same key found in graphPath
+                               # (else it is replaced)
 }
 
 enum VertexState {
@@ -65,6 +66,8 @@ struct Vertex {
   evaluations @16 :UInt32;     # evaluation requests it took (cases and repairs included)
   cacheHits @17 :UInt32;
   rationale @18 :Text;         # the planner's rationale for the step
+  attemptFailures @19 :List(Text);  # the failure class of each failed evaluation of its
+                                    # lineage (repairs and tester cases), in order
 }
 
 struct FailureCount {
