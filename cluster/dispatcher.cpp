@@ -1,0 +1,622 @@
+#include "cluster/dispatcher.hpp"
+
+#include "maxkernel/schema/cluster.capnp.h"
+#include "maxkernel/schema/common.capnp.h"
+#include "maxkernel/schema/node_info.capnp.h"
+#include "messages/error.hpp"
+#include "messages/payload_codec.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <capnp/message.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace maxkernel::cluster {
+
+namespace {
+
+using messages::error_code;
+using messages::make_error;
+using messages::payload;
+using clock_point = caf::actor_clock::time_point;
+using std::chrono::milliseconds;
+
+// The dispatcher's timers are messages to itself.
+using straggler_atom = caf::atom_constant<caf::atom("straggler")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using unblock_atom = caf::atom_constant<caf::atom("unblock")>;
+
+// One sending of a request to a node. A request has one, or two once a straggler copy went
+// out; none while it is queued.
+struct attempt {
+  uint64_t id = 0;
+  std::size_t node = 0;
+  clock_point started{};
+};
+
+// An attempt that holds a credit at its node until the node answers or is lost. Its job may
+// be gone already (a copy that lost the race).
+struct attempt_ref {
+  uint64_t job = 0;
+  std::size_t node = 0;
+  clock_point started{};
+};
+
+struct job {
+  caf::response_promise promise;
+  payload request;           // an EvalRequest, never decoded here
+  uint32_t deadline_ms = 0;  // 0: the node's default
+  clock_point deadline{};    // when deadline_ms > 0, counted from our receipt
+  std::vector<attempt> attempts;
+  bool copied = false;       // a straggler copy went out (never more than one)
+};
+
+struct node_slot {
+  messages::tpu_node_actor handle;
+  caf::actor_addr addr;
+  std::string node_id;       // "" until it described itself
+  bool alive = true;
+  bool refusing = false;     // answered overloaded: no new work until one of ours finishes
+  uint64_t refusals = 0;     // tells a stale unblock timer from the current one
+  unsigned in_flight = 0;    // evaluation attempts out at it (copies included)
+  unsigned side = 0;         // load / analyze / info out at it
+  uint64_t completed = 0;    // answers it gave that were not refusals
+};
+
+struct dispatcher_state {
+  dispatcher_config config;
+  std::vector<node_slot> nodes;             // join order; never shrinks (index = identity)
+  std::map<uint64_t, job> jobs;             // by arrival order
+  std::deque<uint64_t> queue;               // jobs waiting for a credit, FIFO
+  std::map<uint64_t, attempt_ref> live_attempts;  // each holds a credit at its node
+  std::deque<milliseconds> durations;       // of the last completed evaluations
+  uint64_t next_job = 1;
+  uint64_t next_attempt = 1;
+  uint64_t completed = 0;
+  uint64_t redispatched = 0;
+  uint64_t requeued = 0;
+  std::optional<clock_point> straggler_timer;  // when the pending straggler check fires
+  uint64_t straggler_generation = 0;
+  static inline const char* name = "dispatcher";
+};
+
+using dispatcher = caf::stateful_actor<dispatcher_state>;
+
+std::string seconds_text(milliseconds d) {
+  auto text = std::to_string(static_cast<double>(d.count()) / 1000.0);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.')
+    text.pop_back();
+  return text;
+}
+
+milliseconds since(clock_point from, clock_point to) {
+  return std::chrono::duration_cast<milliseconds>(to - from);
+}
+
+// The node cannot be reached: the request timed out at the transport level or the node is
+// gone. Everything else a node answers is its answer.
+bool unreachable(const caf::error& err) {
+  return err.category() == caf::atom("system")
+         && (err.code() == static_cast<uint8_t>(caf::sec::request_timeout)
+             || err.code() == static_cast<uint8_t>(caf::sec::request_receiver_down));
+}
+
+bool any_alive(const dispatcher_state& st) {
+  return std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& n) { return n.alive; });
+}
+
+// The live node with a free credit that holds the fewest evaluations, lowest index first.
+std::optional<std::size_t> pick_node(const dispatcher_state& st,
+                                     std::optional<std::size_t> exclude = {}) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < st.nodes.size(); ++i) {
+    auto& n = st.nodes[i];
+    if (!n.alive || n.refusing || n.in_flight >= st.config.credits_per_node || exclude == i)
+      continue;
+    if (!best || n.in_flight < st.nodes[*best].in_flight)
+      best = i;
+  }
+  return best;
+}
+
+// Load and analyze: the first live node with a free credit, else the least loaded.
+std::optional<std::size_t> side_node(const dispatcher_state& st) {
+  if (auto free = pick_node(st))
+    return free;
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < st.nodes.size(); ++i) {
+    auto& n = st.nodes[i];
+    if (n.alive && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
+      best = i;
+  }
+  return best;
+}
+
+std::optional<std::size_t> first_alive(const dispatcher_state& st) {
+  for (std::size_t i = 0; i < st.nodes.size(); ++i)
+    if (st.nodes[i].alive)
+      return i;
+  return std::nullopt;
+}
+
+caf::error no_node_alive() {
+  return make_error(error_code::worker_unavailable, "no TPU node is alive");
+}
+
+std::string node_id_of(const payload& info) {
+  std::string err;
+  auto msg = messages::open_payload<schema::NodeInfo>(info, err);
+  if (!msg)
+    return {};
+  return msg->root<schema::NodeInfo>().getNodeId();
+}
+
+void dispatch(dispatcher* self);
+void on_result(dispatcher* self, uint64_t attempt_id, std::size_t node, payload& result);
+void on_error(dispatcher* self, uint64_t attempt_id, std::size_t node, caf::error& err);
+
+void send_attempt(dispatcher* self, uint64_t job_id, std::size_t node) {
+  auto& st = self->state;
+  auto& j = st.jobs.at(job_id);
+  auto& n = st.nodes[node];
+  auto now = self->clock().now();
+  auto aid = st.next_attempt++;
+  j.attempts.push_back({aid, node, now});
+  st.live_attempts.emplace(aid, attempt_ref{job_id, node, now});
+  ++n.in_flight;
+  auto ok = [self, aid, node](payload& result) { on_result(self, aid, node, result); };
+  auto fail = [self, aid, node](caf::error& err) { on_error(self, aid, node, err); };
+  if (j.deadline_ms > 0) {
+    // The node gets what is left of the request's deadline.
+    auto left = std::max<int64_t>(1, since(now, j.deadline).count());
+    self->request(n.handle, milliseconds(left) + st.config.reply_margin,
+                  messages::evaluate_atom::value, j.request, static_cast<uint32_t>(left))
+      .then(ok, fail);
+  } else {
+    self->request(n.handle, st.config.default_deadline + st.config.reply_margin,
+                  messages::evaluate_atom::value, j.request)
+      .then(ok, fail);
+  }
+}
+
+bool expired(dispatcher* self, const job& j) {
+  return j.deadline_ms > 0 && self->clock().now() >= j.deadline;
+}
+
+void answer_expired(job& j) {
+  j.promise.deliver(make_error(error_code::worker_timeout,
+                               "no TPU node was free within "
+                                 + seconds_text(milliseconds(j.deadline_ms)) + " s"));
+}
+
+// Jobs that lost their last attempt go back to the front of the queue, oldest first.
+void requeue(dispatcher* self, std::vector<uint64_t> job_ids) {
+  auto& st = self->state;
+  std::sort(job_ids.begin(), job_ids.end());
+  for (auto it = job_ids.rbegin(); it != job_ids.rend(); ++it) {
+    auto& j = st.jobs.at(*it);
+    if (expired(self, j)) {
+      answer_expired(j);
+      st.jobs.erase(*it);
+      continue;
+    }
+    ++st.requeued;
+    st.queue.push_front(*it);
+  }
+}
+
+// Frees the attempt's credit; the job it served, if that is still unanswered.
+job* release(dispatcher* self, uint64_t attempt_id) {
+  auto& st = self->state;
+  auto a = st.live_attempts.find(attempt_id);
+  if (a == st.live_attempts.end())
+    return nullptr;
+  auto ref = a->second;
+  st.live_attempts.erase(a);
+  --st.nodes[ref.node].in_flight;
+  auto j = st.jobs.find(ref.job);
+  if (j == st.jobs.end())
+    return nullptr;  // a copy lost the race: its answer is dropped
+  auto& attempts = j->second.attempts;
+  attempts.erase(std::remove_if(attempts.begin(), attempts.end(),
+                                [&](auto& x) { return x.id == attempt_id; }),
+                 attempts.end());
+  return &j->second;
+}
+
+uint64_t job_id_of(const dispatcher_state& st, const job* j) {
+  for (auto& [id, x] : st.jobs)
+    if (&x == j)
+      return id;
+  return 0;
+}
+
+// The node is gone (down, or a request to it timed out at the transport level): it gets no
+// more work and what it held goes to the others.
+void node_lost(dispatcher* self, std::size_t node) {
+  auto& st = self->state;
+  auto& n = st.nodes[node];
+  if (!n.alive)
+    return;
+  n.alive = false;
+  n.refusing = false;
+  std::vector<uint64_t> orphans;
+  for (auto it = st.live_attempts.begin(); it != st.live_attempts.end();) {
+    if (it->second.node != node) {
+      ++it;
+      continue;
+    }
+    auto j = st.jobs.find(it->second.job);
+    if (j != st.jobs.end()) {
+      auto& attempts = j->second.attempts;
+      auto id = it->first;
+      attempts.erase(std::remove_if(attempts.begin(), attempts.end(),
+                                    [&](auto& x) { return x.id == id; }),
+                     attempts.end());
+      if (attempts.empty())
+        orphans.push_back(j->first);
+    }
+    it = st.live_attempts.erase(it);
+  }
+  n.in_flight = 0;
+  requeue(self, std::move(orphans));
+}
+
+void finish(dispatcher* self, job* j, std::size_t node, caf::expected<payload> answer,
+            clock_point started) {
+  auto& st = self->state;
+  auto& n = st.nodes[node];
+  ++n.completed;
+  n.refusing = false;  // one of its requests finished: it takes work again
+  ++st.completed;
+  if (answer) {
+    st.durations.push_back(since(started, self->clock().now()));
+    while (st.durations.size() > std::max<std::size_t>(1, st.config.straggler_window))
+      st.durations.pop_front();
+    j->promise.deliver(std::move(*answer));
+  } else {
+    j->promise.deliver(answer.error());
+  }
+  st.jobs.erase(job_id_of(st, j));
+}
+
+void on_result(dispatcher* self, uint64_t attempt_id, std::size_t node, payload& result) {
+  auto& st = self->state;
+  auto known = st.live_attempts.find(attempt_id);
+  if (known == st.live_attempts.end())
+    return;  // the node was taken as lost meanwhile; its work went elsewhere
+  auto started = known->second.started;
+  if (auto* j = release(self, attempt_id)) {
+    finish(self, j, node, std::move(result), started);
+  } else {
+    ++st.nodes[node].completed;
+    st.nodes[node].refusing = false;
+  }
+  dispatch(self);
+}
+
+void on_error(dispatcher* self, uint64_t attempt_id, std::size_t node, caf::error& err) {
+  auto& st = self->state;
+  if (!st.live_attempts.count(attempt_id))
+    return;  // the node was taken as lost meanwhile
+  if (unreachable(err)) {
+    // Its other work moves too; this attempt is one of those it held.
+    node_lost(self, node);
+    dispatch(self);
+    return;
+  }
+  auto started = st.live_attempts.at(attempt_id).started;
+  auto* j = release(self, attempt_id);
+  auto& n = st.nodes[node];
+  if (messages::code_of(err) == error_code::overloaded) {
+    n.refusing = true;
+    ++n.refusals;
+    if (n.in_flight == 0)
+      self->delayed_send(self, st.config.overload_retry, unblock_atom::value,
+                         static_cast<uint64_t>(node), n.refusals);
+    if (j && j->attempts.empty())
+      requeue(self, {job_id_of(st, j)});
+  } else if (j) {
+    finish(self, j, node, std::move(err), started);
+  } else {
+    ++n.completed;
+    n.refusing = false;
+  }
+  dispatch(self);
+}
+
+milliseconds median_duration(const dispatcher_state& st) {
+  std::vector<milliseconds> d(st.durations.begin(), st.durations.end());
+  auto mid = d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2);
+  std::nth_element(d.begin(), mid, d.end());
+  return *mid;
+}
+
+// With the queue empty and a node idle: the longest-running request past the straggler
+// threshold that has no copy yet goes again to an idle node. The check runs again when the
+// next request would cross the threshold.
+void copy_stragglers(dispatcher* self) {
+  auto& st = self->state;
+  if (st.durations.size() < std::max<std::size_t>(1, st.config.straggler_samples))
+    return;
+  auto scaled = std::chrono::duration_cast<milliseconds>(median_duration(st)
+                                                         * st.config.straggler_factor);
+  auto threshold = std::max(st.config.straggler_min, scaled);
+  auto now = self->clock().now();
+  auto next_check = clock_point::max();  // when the next request crosses the threshold
+  for (;;) {
+    if (!pick_node(st))
+      return;  // nothing idle: a finishing request brings us back here
+    uint64_t chosen = 0;
+    clock_point oldest{};
+    next_check = clock_point::max();
+    for (auto& [id, j] : st.jobs) {
+      if (j.copied || j.attempts.size() != 1)
+        continue;
+      auto& a = j.attempts.front();
+      if (!pick_node(st, a.node))
+        continue;
+      if (now - a.started >= threshold) {
+        if (chosen == 0 || a.started < oldest) {
+          chosen = id;
+          oldest = a.started;
+        }
+      } else if (a.started + threshold < next_check) {
+        next_check = a.started + threshold;
+      }
+    }
+    if (chosen == 0)
+      break;
+    auto& j = st.jobs.at(chosen);
+    auto target = *pick_node(st, j.attempts.front().node);
+    j.copied = true;
+    ++st.redispatched;
+    send_attempt(self, chosen, target);
+  }
+  if (next_check != clock_point::max()
+      && (!st.straggler_timer || next_check < *st.straggler_timer)) {
+    st.straggler_timer = next_check;
+    self->delayed_send(self, next_check - now, straggler_atom::value,
+                       ++st.straggler_generation);
+  }
+}
+
+void dispatch(dispatcher* self) {
+  auto& st = self->state;
+  if (!any_alive(st)) {
+    for (auto id : st.queue) {
+      st.jobs.at(id).promise.deliver(no_node_alive());
+      st.jobs.erase(id);
+    }
+    st.queue.clear();
+    return;
+  }
+  while (!st.queue.empty()) {
+    auto node = pick_node(st);
+    if (!node)
+      return;
+    auto id = st.queue.front();
+    st.queue.pop_front();
+    auto& j = st.jobs.at(id);
+    if (expired(self, j)) {
+      answer_expired(j);
+      st.jobs.erase(id);
+      continue;
+    }
+    send_attempt(self, id, *node);
+  }
+  copy_stragglers(self);
+}
+
+caf::response_promise evaluate(dispatcher* self, payload& request, uint32_t deadline_ms) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise();
+  if (!any_alive(st)) {
+    rp.deliver(no_node_alive());
+    return rp;
+  }
+  auto id = st.next_job++;
+  job j;
+  j.promise = rp;
+  j.request = std::move(request);
+  j.deadline_ms = deadline_ms;
+  if (deadline_ms > 0) {
+    j.deadline = self->clock().now() + milliseconds(deadline_ms);
+    self->delayed_send(self, milliseconds(deadline_ms), expire_atom::value, id);
+  }
+  st.jobs.emplace(id, std::move(j));
+  st.queue.push_back(id);
+  dispatch(self);
+  return rp;
+}
+
+// A queued request whose deadline passed before any node was free.
+void on_expire(dispatcher* self, uint64_t id) {
+  auto& st = self->state;
+  auto q = std::find(st.queue.begin(), st.queue.end(), id);
+  if (q == st.queue.end())
+    return;  // answered, or at a node (which keeps the deadline itself)
+  st.queue.erase(q);
+  answer_expired(st.jobs.at(id));
+  st.jobs.erase(id);
+}
+
+// Load, analyze, info: one node answers; a node that cannot be reached is taken as lost
+// and the next one is asked.
+template <class... Ts>
+void forward(dispatcher* self, caf::response_promise rp, bool first, milliseconds timeout,
+             Ts... args) {
+  auto& st = self->state;
+  auto node = first ? first_alive(st) : side_node(st);
+  if (!node) {
+    rp.deliver(no_node_alive());
+    return;
+  }
+  auto i = *node;
+  ++st.nodes[i].side;
+  self->request(st.nodes[i].handle, timeout, args...)
+    .then(
+      [self, rp, i, first](payload& reply) mutable {
+        auto& n = self->state.nodes[i];
+        if (n.side > 0)
+          --n.side;
+        if (first)  // info: the node described itself
+          if (auto id = node_id_of(reply); !id.empty())
+            n.node_id = std::move(id);
+        rp.deliver(std::move(reply));
+      },
+      [self, rp, i, first, timeout, args...](caf::error& err) mutable {
+        auto& n = self->state.nodes[i];
+        if (n.side > 0)
+          --n.side;
+        if (!unreachable(err)) {
+          rp.deliver(std::move(err));
+          return;
+        }
+        node_lost(self, i);
+        dispatch(self);
+        forward(self, rp, first, timeout, args...);
+      });
+}
+
+void add_node(dispatcher* self, messages::tpu_node_actor handle) {
+  auto& st = self->state;
+  if (!handle)
+    return;
+  auto addr = handle.address();
+  for (auto& n : st.nodes) {
+    if (n.addr == addr) {
+      if (!n.alive) {  // back after it was taken as lost
+        n.alive = true;
+        n.in_flight = 0;
+        n.refusing = false;
+      }
+      return;
+    }
+  }
+  node_slot n;
+  n.handle = handle;
+  n.addr = addr;
+  st.nodes.push_back(std::move(n));
+  self->monitor(handle);
+  auto i = st.nodes.size() - 1;
+  // Its nodeId for the status; a node that does not describe itself still gets work.
+  self->request(handle, st.config.info_timeout, messages::info_atom::value)
+    .then(
+      [self, i](payload& info) {
+        if (auto id = node_id_of(info); !id.empty())
+          self->state.nodes[i].node_id = std::move(id);
+      },
+      [](caf::error&) {});
+}
+
+payload status(dispatcher* self) {
+  auto& st = self->state;
+  capnp::MallocMessageBuilder msg;
+  auto s = msg.initRoot<schema::DispatcherStatus>();
+  s.setSchemaVersion(schema::SCHEMA_VERSION);
+  auto nodes = s.initNodes(static_cast<unsigned>(st.nodes.size()));
+  for (unsigned i = 0; i < st.nodes.size(); ++i) {
+    auto& n = st.nodes[i];
+    auto out = nodes[i];
+    out.setIndex(i);
+    out.setNodeId(n.node_id);
+    out.setInFlight(n.in_flight);
+    out.setCredits(st.config.credits_per_node);
+    out.setCompleted(n.completed);
+    out.setAlive(n.alive);
+  }
+  s.setQueued(static_cast<uint32_t>(st.queue.size()));
+  s.setInFlight(static_cast<uint32_t>(std::count_if(
+    st.jobs.begin(), st.jobs.end(), [](auto& kv) { return !kv.second.attempts.empty(); })));
+  s.setCompleted(st.completed);
+  s.setRedispatched(st.redispatched);
+  s.setRequeued(st.requeued);
+  return messages::make_payload<schema::DispatcherStatus>(msg);
+}
+
+caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_node_actor> nodes,
+                                  dispatcher_config config) {
+  auto& st = self->state;
+  if (config.credits_per_node == 0)
+    config.credits_per_node = 1;
+  st.config = config;
+  for (auto& n : nodes)
+    add_node(self, std::move(n));
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (std::size_t i = 0; i < st.nodes.size(); ++i)
+      if (st.nodes[i].addr == dm.source)
+        node_lost(self, i);
+    dispatch(self);
+  });
+  return {
+    [self](messages::evaluate_atom, payload& request) { return evaluate(self, request, 0); },
+    [self](messages::evaluate_atom, payload& request, uint32_t deadline_ms) {
+      return evaluate(self, request, deadline_ms);
+    },
+    [self](messages::load_atom, std::string& path) {
+      auto rp = self->make_response_promise();
+      auto& c = self->state.config;
+      forward(self, rp, false, c.default_deadline + c.reply_margin, messages::load_atom::value,
+              std::move(path));
+      return rp;
+    },
+    [self](messages::analyze_atom, payload& request) {
+      auto rp = self->make_response_promise();
+      auto& c = self->state.config;
+      forward(self, rp, false, c.default_deadline + c.reply_margin,
+              messages::analyze_atom::value, std::move(request));
+      return rp;
+    },
+    [self](messages::info_atom) {
+      auto rp = self->make_response_promise();
+      forward(self, rp, true, self->state.config.info_timeout, messages::info_atom::value);
+      return rp;
+    },
+    [self](messages::status_atom) { return status(self); },
+    [self](messages::join_atom, caf::actor& node) {
+      add_node(self, caf::actor_cast<messages::tpu_node_actor>(node));
+      dispatch(self);
+    },
+    [self](straggler_atom, uint64_t generation) {
+      auto& st = self->state;
+      if (generation != st.straggler_generation)
+        return;  // superseded by an earlier check
+      st.straggler_timer.reset();
+      dispatch(self);
+    },
+    [self](expire_atom, uint64_t id) { on_expire(self, id); },
+    [self](unblock_atom, uint64_t node, uint64_t refusals) {
+      auto& n = self->state.nodes[node];
+      if (n.refusing && n.refusals == refusals && n.in_flight == 0) {
+        n.refusing = false;
+        dispatch(self);
+      }
+    },
+  };
+}
+
+}  // namespace
+
+messages::dispatcher_actor spawn_dispatcher(caf::actor_system& sys,
+                                            std::vector<messages::tpu_node_actor> nodes,
+                                            dispatcher_config config) {
+  // Dynamically typed inside (its timers are messages to itself), the typed interface
+  // outside.
+  auto d = sys.spawn(dispatcher_behavior, std::move(nodes), config);
+  return caf::actor_cast<messages::dispatcher_actor>(d);
+}
+
+}  // namespace maxkernel::cluster
