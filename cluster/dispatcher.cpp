@@ -216,30 +216,24 @@ void requeue(dispatcher* self, std::vector<uint64_t> job_ids) {
   }
 }
 
-// Frees the attempt's credit; the job it served, if that is still unanswered.
-job* release(dispatcher* self, uint64_t attempt_id) {
+// Frees the attempt's credit. Returns the job it served while that is still unanswered
+// (0 when a copy lost the race: its answer is dropped).
+uint64_t release(dispatcher* self, uint64_t attempt_id) {
   auto& st = self->state;
   auto a = st.live_attempts.find(attempt_id);
   if (a == st.live_attempts.end())
-    return nullptr;
+    return 0;
   auto ref = a->second;
   st.live_attempts.erase(a);
   --st.nodes[ref.node].in_flight;
   auto j = st.jobs.find(ref.job);
   if (j == st.jobs.end())
-    return nullptr;  // a copy lost the race: its answer is dropped
+    return 0;
   auto& attempts = j->second.attempts;
   attempts.erase(std::remove_if(attempts.begin(), attempts.end(),
                                 [&](auto& x) { return x.id == attempt_id; }),
                  attempts.end());
-  return &j->second;
-}
-
-uint64_t job_id_of(const dispatcher_state& st, const job* j) {
-  for (auto& [id, x] : st.jobs)
-    if (&x == j)
-      return id;
-  return 0;
+  return ref.job;
 }
 
 // The node is gone (down, or a request to it timed out at the transport level): it gets no
@@ -273,9 +267,11 @@ void node_lost(dispatcher* self, std::size_t node) {
   requeue(self, std::move(orphans));
 }
 
-void finish(dispatcher* self, job* j, std::size_t node, caf::expected<payload> answer,
+// A node answered the job: the answer goes to the requester.
+void finish(dispatcher* self, uint64_t job_id, std::size_t node, caf::expected<payload> answer,
             clock_point started) {
   auto& st = self->state;
+  auto& j = st.jobs.at(job_id);
   auto& n = st.nodes[node];
   ++n.completed;
   n.refusing = false;  // one of its requests finished: it takes work again
@@ -284,11 +280,11 @@ void finish(dispatcher* self, job* j, std::size_t node, caf::expected<payload> a
     st.durations.push_back(since(started, self->clock().now()));
     while (st.durations.size() > std::max<std::size_t>(1, st.config.straggler_window))
       st.durations.pop_front();
-    j->promise.deliver(std::move(*answer));
+    j.promise.deliver(std::move(*answer));
   } else {
-    j->promise.deliver(answer.error());
+    j.promise.deliver(answer.error());
   }
-  st.jobs.erase(job_id_of(st, j));
+  st.jobs.erase(job_id);
 }
 
 void on_result(dispatcher* self, uint64_t attempt_id, std::size_t node, payload& result) {
@@ -297,8 +293,8 @@ void on_result(dispatcher* self, uint64_t attempt_id, std::size_t node, payload&
   if (known == st.live_attempts.end())
     return;  // the node was taken as lost meanwhile; its work went elsewhere
   auto started = known->second.started;
-  if (auto* j = release(self, attempt_id)) {
-    finish(self, j, node, std::move(result), started);
+  if (auto job_id = release(self, attempt_id)) {
+    finish(self, job_id, node, std::move(result), started);
   } else {
     ++st.nodes[node].completed;
     st.nodes[node].refusing = false;
@@ -317,7 +313,7 @@ void on_error(dispatcher* self, uint64_t attempt_id, std::size_t node, caf::erro
     return;
   }
   auto started = st.live_attempts.at(attempt_id).started;
-  auto* j = release(self, attempt_id);
+  auto job_id = release(self, attempt_id);
   auto& n = st.nodes[node];
   if (messages::code_of(err) == error_code::overloaded) {
     n.refusing = true;
@@ -325,10 +321,10 @@ void on_error(dispatcher* self, uint64_t attempt_id, std::size_t node, caf::erro
     if (n.in_flight == 0)
       self->delayed_send(self, st.config.overload_retry, unblock_atom::value,
                          static_cast<uint64_t>(node), n.refusals);
-    if (j && j->attempts.empty())
-      requeue(self, {job_id_of(st, j)});
-  } else if (j) {
-    finish(self, j, node, std::move(err), started);
+    if (job_id && st.jobs.at(job_id).attempts.empty())
+      requeue(self, {job_id});
+  } else if (job_id) {
+    finish(self, job_id, node, std::move(err), started);
   } else {
     ++n.completed;
     n.refusing = false;
@@ -362,7 +358,7 @@ void copy_stragglers(dispatcher* self) {
     clock_point oldest{};
     next_check = clock_point::max();
     for (auto& [id, j] : st.jobs) {
-      if (j.copied || j.attempts.size() != 1)
+      if (j.copied || j.attempts.size() != 1 || expired(self, j))
         continue;
       auto& a = j.attempts.front();
       if (!pick_node(st, a.node))
@@ -453,7 +449,7 @@ void on_expire(dispatcher* self, uint64_t id) {
 }
 
 // Load, analyze, info: one node answers; a node that cannot be reached is taken as lost
-// and the next one is asked.
+// and the next one is asked (info only when the node is gone, not when it is slow).
 template <class... Ts>
 void forward(dispatcher* self, caf::response_promise rp, bool first, milliseconds timeout,
              Ts... args) {
@@ -482,6 +478,13 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
           --n.side;
         if (!unreachable(err)) {
           rp.deliver(std::move(err));
+          return;
+        }
+        if (first && err.code() == static_cast<uint8_t>(caf::sec::request_timeout)) {
+          // A slow description is no sign of a lost node: evaluations tell that.
+          rp.deliver(make_error(error_code::worker_timeout,
+                                "node " + std::to_string(i) + " did not describe itself within "
+                                  + seconds_text(timeout) + " s"));
           return;
         }
         node_lost(self, i);
