@@ -75,12 +75,17 @@ struct device_setup {
     fail = code;
     return *this;
   }
+  device_setup& taking(const std::string& candidate, milliseconds d) {
+    delay_for[candidate] = d;
+    return *this;
+  }
 
   std::string name;
   milliseconds delay{1'000};            // an evaluation takes this long
   std::vector<unsigned> refuse;         // these evaluations (1: its first) are refused
   bool silent = false;                  // never answers an evaluation (a frozen host)
   error_code fail = error_code::none;   // answers every evaluation with this error
+  std::map<std::string, milliseconds> delay_for;  // candidates that take longer (or shorter)
 };
 
 struct device_state {
@@ -132,8 +137,10 @@ caf::behavior standin_device(caf::stateful_actor<device_state>* self, device_set
     st.book->max_busy[name] = std::max(st.book->max_busy[name], busy);
     auto id = st.next++;
     st.held.emplace(id, std::make_pair(rp, candidate));
+    auto slow = st.setup.delay_for.find(candidate);
+    auto delay = slow != st.setup.delay_for.end() ? slow->second : st.setup.delay;
     if (!st.setup.silent)
-      self->delayed_send(self, st.setup.delay, answer_atom::value, id);
+      self->delayed_send(self, delay, answer_atom::value, id);
     return rp;
   };
   return {
@@ -532,6 +539,48 @@ TEST_F(Dispatcher, StragglerIsCopiedToAnIdleNodeAndOnlyTheFirstAnswerArrives) {
   EXPECT_EQ(after.root().getRedispatched(), 1u);
   EXPECT_EQ(after.root().getCompleted(), 5u);
   EXPECT_EQ(book->candidates_at("d1"), strings({"c2"}));
+}
+
+TEST_F(Dispatcher, RequestGetsOneCopyAtMostAndTheOriginalMayWin) {
+  // c2 is a hard candidate: 30 s on every device, 35 s on d1.
+  auto hard = [](const char* name, milliseconds d) {
+    return device_setup(name).taking("c2", d);
+  };
+  auto d = dispatcher({device(hard("d0", 30s)), device(hard("d1", 35s)),
+                       device(hard("d2", 30s))});
+  for (auto c : {"w1", "w2", "w3"}) {
+    evaluate(d, c);
+    env.run_messages();
+    elapse(1s);
+  }
+  EXPECT_EQ(names(replies()), strings({"w1", "w2", "w3"}));
+  evaluate(d, "c2");  // d0
+  env.run_messages();
+  elapse(2s);  // a straggler: copied to d1, the lowest idle node
+  EXPECT_EQ(book->candidates_at("d1"), strings({"c2"}));
+  elapse(10s);  // d2 idles, but c2 has its copy
+  EXPECT_TRUE(book->candidates_at("d2").empty());
+  auto s = status(d);
+  EXPECT_EQ(s.root().getRedispatched(), 1u);
+  EXPECT_EQ(s.root().getInFlight(), 1u);
+  elapse(18s);  // t = 30 s: the original answers first
+  auto rs = replies();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].candidate, "c2");
+  EXPECT_EQ(rs[0].device, "d0");
+  EXPECT_EQ(status(d).node(1).getInFlight(), 1u);  // the copy holds d1 until it answers
+  // A new request meanwhile goes to an idle node, not to d1.
+  evaluate(d, "c3");
+  env.run_messages();
+  EXPECT_EQ(book->candidates_at("d0"), strings({"w1", "w2", "w3", "c2", "c3"}));
+  elapse(1s);
+  EXPECT_EQ(names(replies()), strings({"c3"}));
+  elapse(6s);  // the copy's answer is dropped
+  EXPECT_TRUE(replies().empty()) << "the copy's answer reached the requester";
+  auto after = status(d);
+  EXPECT_EQ(after.node(1).getInFlight(), 0u);
+  EXPECT_EQ(after.root().getRedispatched(), 1u);
+  EXPECT_EQ(after.root().getCompleted(), 5u);
 }
 
 TEST_F(Dispatcher, NodeErrorsAreTheAnswer) {
