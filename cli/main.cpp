@@ -2,6 +2,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
+#include "cli/optimize_command.hpp"
 #include "cli/propose_command.hpp"
 #include "cli/template_command.hpp"
 #include "cli/spec_command.hpp"
@@ -118,6 +119,61 @@ int main(int argc, char** argv) {
   propose_cmd->add_option("--deadline", propose.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::optimize_options opt;
+  auto* optimize_cmd = app.add_subcommand(
+    "optimize", "search for the fastest correct kernel (auto: one trajectory; graph: a search "
+                "graph fanned out over every node)");
+  optimize_cmd->add_option("SPEC", opt.spec,
+                           "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
+    ->required();
+  optimize_cmd->add_option("--mode", opt.mode, "auto | graph (default auto)")
+    ->check(CLI::IsMember({"auto", "graph"}));
+  optimize_cmd->add_option("--chip", opt.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember(chips));
+  optimize_cmd->add_option("--nodes", opt.nodes, "simulated TPU devices (default 8)")
+    ->check(CLI::Range(1u, 4096u));
+  optimize_cmd->add_option("--workers", opt.workers,
+                           "JAX workers the nodes share (default: one per core)");
+  optimize_cmd->add_option("--budget-evals", opt.budget_evals,
+                           "candidates to evaluate (default 24; 0: no cap)");
+  optimize_cmd->add_option("--budget-seconds", opt.budget_seconds,
+                           "wall-time budget (0: none; a search cut by time is not reproducible)")
+    ->check(CLI::NonNegativeNumber);
+  optimize_cmd->add_option("--patience", opt.patience,
+                           "stop after this many candidates (auto) or rounds (graph) without a "
+                           "faster one (0: never)");
+  optimize_cmd->add_option("--target-roofline", opt.target_roofline,
+                           "stop once the best kernel reaches this fraction of roofline");
+  optimize_cmd->add_option("--beam-width", opt.beam_width, "graph: vertices expanded per round")
+    ->check(CLI::Range(1u, 64u));
+  optimize_cmd->add_option("--branching", opt.branching, "graph: children per expanded vertex")
+    ->check(CLI::Range(1u, 64u));
+  optimize_cmd->add_option("--policy", opt.policy, "graph: frontier selection, beam | bandit")
+    ->check(CLI::IsMember({"beam", "bandit"}));
+  optimize_cmd->add_option("--max-repairs", opt.max_repairs, "debugger attempts per lineage")
+    ->check(CLI::Range(0u, 20u));
+  optimize_cmd->add_option("--seed", opt.seed, "seed of the brains, the tester and the policy");
+  optimize_cmd->add_option("--out", opt.out,
+                           "write DIR/kernel.py, result.json, search.sqlite, graph.json, "
+                           "graph.dot and report.html");
+  optimize_cmd->add_option("--state-dir", opt.state_dir,
+                           "where the evaluation store and the search graphs live");
+  optimize_cmd->add_option("--json", opt.json, "write the result as JSON to FILE, or - for stdout");
+  optimize_cmd->add_option("--brains", opt.brains,
+                           "brain config YAML (docs/brains.md; default: every role expert)");
+  optimize_cmd->add_flag("--resume", opt.resume,
+                         "continue the search of this spec, mode, chip and seed from the state "
+                         "directory (nothing that finished is evaluated again)");
+  optimize_cmd->add_flag("--no-store", opt.no_store,
+                         "neither answer from nor record in the evaluation store");
+  optimize_cmd->add_option("--deadline", opt.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+  optimize_cmd->add_option("--simulate-device-ms", opt.simulate_device_ms,
+                           "model backend: simulated device time per evaluation");
+  optimize_cmd->add_option("--memory-limit", opt.memory_limit_bytes,
+                           "bytes the task's inputs may take")
+    ->check(CLI::PositiveNumber);
+
   maxkernel::cli::template_options tmpl;
   auto* template_cmd = app.add_subcommand(
     "template", "which expert templates match a task's reference, and the kernel one renders");
@@ -160,6 +216,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_template(tmpl);
     if (*propose_cmd)
       return maxkernel::cli::run_propose(propose);
+    if (*optimize_cmd)
+      return maxkernel::cli::run_optimize(opt);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
   } catch (const std::exception& e) {

@@ -1,5 +1,11 @@
 #include "cli/node_evaluation.hpp"
 
+#include "maxkernel/schema/worker.capnp.h"
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
 #include <capnp/message.h>
 
 namespace maxkernel::cli {
@@ -29,6 +35,58 @@ std::string failure_of(schema::EvalResult::Reader r) {
     if (p.getStatus() == schema::Status::FAILED)
       return p.getMessage().cStr();
   return "no profile";
+}
+
+reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
+                                            const std::string& chip) {
+  reference_times t;
+  messages::request_settings settings;
+  settings.chip = chip;
+  settings.reference = true;
+  auto reference = evaluate(session, spec, "", "reference", settings);
+  if (reference.exit_code == 0) {
+    ++t.evaluations;
+    t.cache_hits += reference.result().getCached() ? 1 : 0;
+    if (reference.result().getHasProfile())
+      t.reference_us = reference.result().getProfile().getTimeUs();
+  }
+  std::string baseline_path = spec.getBaselinePath().cStr();
+  if (!baseline_path.empty()) {
+    std::ifstream f(baseline_path);
+    std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    messages::request_settings bs;
+    bs.chip = chip;
+    bs.profile_only = true;
+    auto baseline = evaluate(session, spec, source, baseline_path, bs);
+    if (baseline.exit_code == 0) {
+      ++t.evaluations;
+      t.cache_hits += baseline.result().getCached() ? 1 : 0;
+      if (baseline.result().getHasProfile())
+        t.baseline_us = baseline.result().getProfile().getTimeUs();
+    }
+  }
+  return t;
+}
+
+int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
+                      std::optional<messages::decoded_message>& graph) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::AnalyzeRequest>();
+  req.setSpec(spec);
+  req.setConfiguration(0);
+  auto analyzed = session.analyze(messages::encode(msg));
+  if (analyzed.exit_code != 0) {
+    std::cerr << "error: analyze: " << analyzed.error << "\n";
+    return analyzed.exit_code;
+  }
+  std::string error;
+  graph = messages::decode<schema::DataflowGraph>(analyzed.bytes, error);
+  if (!graph) {
+    std::cerr << "error: analyze: " << error << "\n";
+    return 3;
+  }
+  graph->allow_rereading();
+  return 0;
 }
 
 }  // namespace maxkernel::cli

@@ -21,6 +21,22 @@ evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
                    const std::string& source, const std::string& origin,
                    const messages::request_settings& settings);
 
+// The reference's time and the baseline's (when the spec has one), profiled at full size;
+// 0 where there is none. `evaluations` counts the requests made.
+struct reference_times {
+  double reference_us = 0;
+  double baseline_us = 0;
+  unsigned evaluations = 0;
+  unsigned cache_hits = 0;
+};
+reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
+                                            const std::string& chip);
+
+// The reference's analyze summary (configuration 0), decoded and readable many times: what
+// the brains match and reason on. 0, or the exit code after printing the error.
+int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
+                      std::optional<messages::decoded_message>& graph);
+
 // Why an evaluation has no profile, from its failed phase.
 std::string failure_of(schema::EvalResult::Reader result);
 

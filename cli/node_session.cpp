@@ -2,6 +2,7 @@
 
 #include "maxkernel/schema/node_info.capnp.h"
 #include "maxkernel/schema/worker.capnp.h"
+#include "cluster/dispatcher.hpp"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
 #include "messages/type_registry.hpp"
@@ -16,6 +17,9 @@
 #include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <thread>
 
 namespace maxkernel::cli {
@@ -25,7 +29,9 @@ struct node_session::impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<search::evaluation_store> store;
   messages::worker_pool_actor pool;
-  messages::tpu_node_actor node;
+  std::vector<messages::tpu_node_actor> nodes;
+  messages::dispatcher_actor dispatcher;
+  messages::tpu_node_actor front;  // the dispatcher, or the one node
 };
 
 namespace {
@@ -42,7 +48,10 @@ node_session::node_session(session_options opts)
 node_session::~node_session() {
   if (impl_->sys) {
     caf::scoped_actor self{*impl_->sys};
-    self->send_exit(impl_->node, caf::exit_reason::user_shutdown);
+    if (impl_->dispatcher)
+      self->send_exit(impl_->dispatcher, caf::exit_reason::user_shutdown);
+    for (auto& node : impl_->nodes)
+      self->send_exit(node, caf::exit_reason::user_shutdown);
     self->send_exit(impl_->pool, caf::exit_reason::user_shutdown);
   }
 }
@@ -60,25 +69,41 @@ bool node_session::start(std::string& error) {
   impl_->sys = std::make_unique<caf::actor_system>(impl_->cfg);
   tpu_nodes::pool_config pc;
   pc.backend = backend_;
-  pc.workers = 1;
+  pc.workers = opts_.workers;
+  workers_ = tpu_nodes::resolved_worker_count(pc);
   pc.worker.memory_limit_bytes = opts_.memory_limit_bytes;
   impl_->pool = tpu_nodes::spawn_worker_pool(*impl_->sys, pc);
-  tpu_nodes::node_config nc;
-  nc.node_id = "local:0";
-  nc.chip = opts_.chip.empty() ? "v6e" : opts_.chip;
-  nc.backend = backend_;
-  nc.queue_capacity = 4;
-  nc.default_deadline = opts_.deadline;
-  nc.store = impl_->store.get();
-  nc.simulate_device = opts_.simulate_device;
-  impl_->node = tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool);
+  for (unsigned i = 0; i < std::max(1u, opts_.nodes); ++i) {
+    tpu_nodes::node_config nc;
+    nc.node_id = fmt::format("local:{}", i);
+    nc.device = i;
+    nc.chip = opts_.chip.empty() ? "v6e" : opts_.chip;
+    nc.backend = backend_;
+    nc.queue_capacity = 4;
+    nc.default_deadline = opts_.deadline;
+    nc.store = impl_->store.get();
+    nc.simulate_device = opts_.simulate_device;
+    impl_->nodes.push_back(tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool));
+  }
+  if (opts_.dispatch || impl_->nodes.size() > 1) {
+    cluster::dispatcher_config dc;
+    dc.default_deadline = opts_.deadline;
+    // One host: every node shares the same workers, so a straggler's copy competes with the
+    // original for them; copy only what is far behind (an interpret-mode test takes minutes).
+    dc.straggler_min = std::chrono::minutes(2);
+    dc.straggler_factor = 3.0;
+    impl_->dispatcher = cluster::spawn_dispatcher(*impl_->sys, impl_->nodes, dc);
+    impl_->front = impl_->dispatcher;
+  } else {
+    impl_->front = impl_->nodes.front();
+  }
 
   // Wait for the worker: the node reports its JAX version once one has started.
   caf::scoped_actor self{*impl_->sys};
   auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(3);
   while (std::chrono::steady_clock::now() < give_up) {
     bool done = false;
-    self->request(impl_->node, std::chrono::seconds(30), messages::info_atom::value)
+    self->request(impl_->front, std::chrono::seconds(30), messages::info_atom::value)
       .receive(
         [&](messages::payload& p) {
           auto msg = messages::open_payload<schema::NodeInfo>(p, error);
@@ -133,20 +158,22 @@ session_answer ask(caf::actor_system& sys, const messages::tpu_node_actor& node,
 
 session_answer node_session::evaluate(const std::string& request) {
   messages::payload p{capnp::typeId<schema::EvalRequest>(), request};
-  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::evaluate_atom::value,
+  return ask(*impl_->sys, impl_->front, opts_.deadline, messages::evaluate_atom::value,
              std::move(p), static_cast<uint32_t>(opts_.deadline.count()));
 }
 
 session_answer node_session::analyze(const std::string& request) {
   messages::payload p{capnp::typeId<schema::AnalyzeRequest>(), request};
-  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::analyze_atom::value,
+  return ask(*impl_->sys, impl_->front, opts_.deadline, messages::analyze_atom::value,
              std::move(p));
 }
 
 caf::actor_system& node_session::system() { return *impl_->sys; }
 
+messages::tpu_node_actor node_session::evaluator() { return impl_->front; }
+
 session_answer node_session::load_task(const std::string& path) {
-  return ask(*impl_->sys, impl_->node, opts_.deadline, messages::load_atom::value, path);
+  return ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);
 }
 
 }  // namespace maxkernel::cli

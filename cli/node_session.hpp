@@ -4,6 +4,7 @@
 #pragma once
 
 #include "maxkernel/schema/eval.capnp.h"
+#include "messages/tpu_node_actor.hpp"
 
 #include <chrono>
 #include <memory>
@@ -24,6 +25,12 @@ struct session_options {
   // Model backend: simulated device time per evaluation (capacity planning); results stay
   // the model's.
   std::chrono::milliseconds simulate_device{0};
+  // TPU nodes (simulated devices on the model backend) sharing one worker pool of
+  // `workers` JAX workers (0: one per core). With more than one node, or `dispatch`, a
+  // dispatcher stands in front of them (cluster/dispatcher.hpp).
+  unsigned nodes = 1;
+  unsigned workers = 1;
+  bool dispatch = false;
 };
 
 struct session_answer {
@@ -46,6 +53,10 @@ public:
   session_answer analyze(const std::string& request);   // AnalyzeRequest -> DataflowGraph
   // The session's actor system, for spawning the agent pool beside the node.
   caf::actor_system& system();
+  // Where evaluations go: the dispatcher in front of the nodes, or the one node.
+  messages::tpu_node_actor evaluator();
+  unsigned nodes() const { return opts_.nodes; }
+  unsigned workers() const { return workers_; }
 
   const std::string& backend() const { return backend_; }
   const std::string& jax_version() const { return jax_version_; }
@@ -58,6 +69,7 @@ private:
   std::string backend_;
   std::string jax_version_;
   std::string store_path_;
+  unsigned workers_ = 1;
 };
 
 }  // namespace maxkernel::cli

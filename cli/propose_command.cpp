@@ -1,12 +1,7 @@
 #include "cli/propose_command.hpp"
 
-#include "agents/brain_chains.hpp"
-#include "agents/debugger_actor.hpp"
+#include "agents/agent_pool_spawn.hpp"
 #include "agents/expert/repair_rules.hpp"
-#include "agents/implementer_actor.hpp"
-#include "agents/planner_actor.hpp"
-#include "agents/profiler_actor.hpp"
-#include "agents/tester_actor.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
 #include "cli/task_session.hpp"
@@ -39,29 +34,6 @@ using messages::payload;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-// The roles, spawned beside the node in the session's actor system.
-struct agent_pool {
-  messages::planner_actor planner;
-  messages::implementer_actor implementer;
-  messages::debugger_actor debugger;
-  messages::tester_actor tester;
-  messages::profiler_actor profiler;
-
-  agent_pool(caf::actor_system& sys, const agents::brain_chains& chains)
-    : planner(agents::spawn_planner(sys, chains.planner)),
-      implementer(agents::spawn_implementer(sys, chains.implementer)),
-      debugger(agents::spawn_debugger(sys, chains.debugger)),
-      tester(agents::spawn_tester(sys)),
-      profiler(agents::spawn_profiler(sys)) {}
-
-  void shutdown() {
-    for (auto a : {caf::actor_cast<caf::actor>(planner), caf::actor_cast<caf::actor>(implementer),
-                   caf::actor_cast<caf::actor>(debugger), caf::actor_cast<caf::actor>(tester),
-                   caf::actor_cast<caf::actor>(profiler)})
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  }
-};
 
 // A role's answer, decoded, or the error (with the exit code it maps to).
 struct answer {
@@ -183,25 +155,13 @@ int run_propose(const propose_options& opts) {
   auto timeout = std::chrono::seconds(static_cast<long>(opts.deadline_seconds) + 60);
 
   // The reference's analyze summary: what the brains match and reason on.
-  capnp::MallocMessageBuilder analyze_msg;
-  auto analyze_req = analyze_msg.initRoot<schema::AnalyzeRequest>();
-  analyze_req.setSpec(spec);
-  analyze_req.setConfiguration(0);
-  auto analyzed = session.analyze(messages::encode(analyze_msg));
-  if (analyzed.exit_code != 0) {
-    std::cerr << "error: analyze: " << analyzed.error << "\n";
-    return analyzed.exit_code;
-  }
-  auto graph_msg = messages::decode<schema::DataflowGraph>(analyzed.bytes, error);
-  if (!graph_msg) {
-    std::cerr << "error: analyze: " << error << "\n";
-    return 3;
-  }
-  graph_msg->allow_rereading();
+  std::optional<messages::decoded_message> graph_msg;
+  if (int code = analyze_reference(session, spec, graph_msg))
+    return code;
   auto graph = graph_msg->root<schema::DataflowGraph>();
 
   auto& sys = session.system();
-  agent_pool pool(sys, agents::make_brain_chains(brains));
+  auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
   tally t;
   int exit_code = 0;
   found best;
@@ -398,41 +358,21 @@ int run_propose(const propose_options& opts) {
     }
   }();
   if (exit_code != 0) {
-    pool.shutdown();
+    agents::stop_agent_pool(pool);
     return exit_code;
   }
   if (!best.candidate && no_template && !brains.llm) {
-    pool.shutdown();
+    agents::stop_agent_pool(pool);
     std::cerr << "error: " << spec.getName().cStr() << ": " << plan_message
               << "; no LLM brain is configured (--brains FILE)\n";
     return 2;
   }
 
   // The reference's time, the baseline's when the spec has one, and the profiler's reading.
-  messages::request_settings settings;
-  settings.chip = chip_name;
-  settings.reference = true;
-  auto reference = evaluate(session, spec, "", "reference", settings);
-  double reference_us = 0;
-  if (reference.exit_code == 0) {
-    t.count(reference.result());
-    if (reference.result().getHasProfile())
-      reference_us = reference.result().getProfile().getTimeUs();
-  }
-  double baseline_us = 0;
-  std::string baseline_path = spec.getBaselinePath().cStr();
-  if (!baseline_path.empty()) {
-    std::ifstream f(baseline_path);
-    std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    messages::request_settings bs;
-    bs.chip = chip_name;
-    bs.profile_only = true;
-    auto baseline = evaluate(session, spec, source, baseline_path, bs);
-    if (baseline.exit_code == 0 && baseline.result().getHasProfile()) {
-      ++t.evaluations;
-      baseline_us = baseline.result().getProfile().getTimeUs();
-    }
-  }
+  auto times = time_reference_and_baseline(session, spec, chip_name);
+  t.evaluations += times.evaluations;
+  t.cache_hits += times.cache_hits;
+  double reference_us = times.reference_us, baseline_us = times.baseline_us;
   json diagnosis = nullptr;
   bool correct = best.candidate.has_value();
   double kernel_us = 0, roofline_us = 0;
@@ -463,7 +403,7 @@ int run_propose(const propose_options& opts) {
       }
     }
   }
-  pool.shutdown();
+  agents::stop_agent_pool(pool);
   double wall = std::chrono::duration<double>(clock_type::now() - started).count();
   auto nullable = [](double v) { return v > 0 ? json(v) : json(nullptr); };
   double speedup = correct && kernel_us > 0 && reference_us > 0 ? reference_us / kernel_us : 1.0;

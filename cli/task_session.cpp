@@ -26,6 +26,9 @@ int open_task_session(const std::string& spec_path, spec_kind kind, const sessio
   sopts.simulate_device = std::chrono::milliseconds(flags.simulate_device_ms);
   sopts.memory_limit_bytes = flags.memory_limit_bytes;
   sopts.deadline = std::chrono::milliseconds(static_cast<int64_t>(flags.deadline_seconds * 1000));
+  sopts.nodes = flags.nodes;
+  sopts.workers = flags.workers;
+  sopts.dispatch = flags.dispatch;
   out.session = std::make_unique<node_session>(sopts);
   if (!out.session->start(error)) {
     std::cerr << "error: " << error << "\n";

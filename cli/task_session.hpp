@@ -21,6 +21,9 @@ struct session_flags {
   unsigned simulate_device_ms = 0;
   uint64_t memory_limit_bytes = 8ull << 30;
   double deadline_seconds = 600;
+  unsigned nodes = 1;              // tpu_nodes sharing the worker pool
+  unsigned workers = 1;            // JAX workers (0: one per core)
+  bool dispatch = false;           // a dispatcher in front of the nodes
 };
 
 struct task_session {

@@ -1,0 +1,183 @@
+#include "actors/graph_supervisor.hpp"
+
+#include "actors/lineage.hpp"
+#include "actors/supervisor_state.hpp"
+#include "actors/supervisor_steps.hpp"
+#include "search/selection_policy.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <algorithm>
+
+namespace maxkernel::actors {
+
+namespace {
+
+void next_round(supervisor_self self);
+
+// Dispatches the round's lineages (vertices `first` .. end, already recorded as pending) all
+// at once; when the last one is in, records them in vertex order and starts the next round.
+void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
+  auto run = self->state.run;
+  auto slots = std::make_shared<std::vector<std::string>>(children.size());
+  auto left = std::make_shared<size_t>(children.size());
+  report(self, fmt::format("round {}: {} candidate(s) out", self->state.round, children.size()));
+  std::vector<std::shared_ptr<lineage<supervisor_impl>>> lineages;
+  for (size_t k = 0; k < children.size(); ++k) {
+    lineages.push_back(std::make_shared<lineage<supervisor_impl>>(
+      self, run->ctx, std::move(children[k]),
+      [self, run, slots, left, k](std::string vertex, caf::error err) {
+        if (!current(self, run))
+          return;
+        if (err)
+          return abort_search(self, std::move(err));
+        (*slots)[k] = std::move(vertex);
+        if (--*left > 0)
+          return;
+        // Every answer is in: the round is recorded in vertex order, whatever the arrival.
+        for (const auto& v : *slots)
+          if (!record_vertex(self, v))
+            return;
+        run->step_ended();
+        int best = run->record.best();
+        report(self, best < 0 ? fmt::format("round {} done: nothing correct yet",
+                                            self->state.round)
+                              : fmt::format("round {} done: best vertex {} at {:.2f} us",
+                                            self->state.round, best, run->record.best_time_us()));
+        ++self->state.round;
+        next_round(self);
+      }));
+  }
+  for (auto& l : lineages)
+    if (!record_vertex(self, l->pending_vertex()))
+      return;
+  for (auto& l : lineages)
+    l->run();
+}
+
+// The round's children from `plans` (one per expanded vertex, in selection order), each
+// implemented in step order; then truncated to the budget and dispatched.
+void implement_round(supervisor_self self, std::vector<int> parents,
+                     std::vector<std::shared_ptr<messages::decoded_message>> plans, size_t at,
+                     std::shared_ptr<std::vector<implemented_step>> children,
+                     std::shared_ptr<std::vector<std::string>> taken) {
+  auto run = self->state.run;
+  unsigned want = run->ctx->settings().getBranching();
+  if (at == plans.size()) {
+    size_t budget = run->remaining_budget();
+    if (children->size() > budget)
+      children->resize(budget);
+    if (children->empty())
+      return finish(self, "exhausted");
+    std::vector<lineage_start> starts;
+    for (auto& c : *children)
+      starts.push_back({static_cast<unsigned>(run->record.size() + starts.size()), c.parent,
+                        self->state.round, c.strategy, c.rationale, c.candidate});
+    return dispatch_round(self, std::move(starts));
+  }
+  // A first round (no parent) takes every template the planner proposes.
+  unsigned cap = parents[at] < 0 ? std::max(1u, run->ctx->settings().getBeamWidth()) * want : want;
+  auto impl = std::make_shared<step_implementer<supervisor_impl>>(
+    self, run, plans[at], taken, cap,
+    [self, run, parents, plans, at, children, taken](std::vector<implemented_step> found,
+                                                    std::vector<std::string>) {
+      if (!current(self, run))
+        return;
+      if (found.empty() && parents[at] >= 0)
+        self->state.exhausted.insert(static_cast<unsigned>(parents[at]));
+      for (auto& f : found)
+        children->push_back(std::move(f));
+      implement_round(self, parents, plans, at + 1, children, taken);
+    });
+  impl->start();
+}
+
+// Asks the planner for each selected vertex in turn (the order is the selection's).
+void plan_round(supervisor_self self, std::vector<int> parents,
+                std::shared_ptr<std::vector<std::shared_ptr<messages::decoded_message>>> plans) {
+  auto run = self->state.run;
+  if (plans->size() == parents.size())
+    return implement_round(self, parents, *plans, 0,
+                           std::make_shared<std::vector<implemented_step>>(),
+                           std::make_shared<std::vector<std::string>>());
+  int parent = parents[plans->size()];
+  auto s = run->ctx->settings();
+  std::string parent_id;
+  unsigned steps = s.getBranching();
+  if (parent >= 0)
+    parent_id = run->record.vertex(static_cast<size_t>(parent)).getCandidate().getId().cStr();
+  else
+    steps = std::max(1u, s.getBeamWidth()) * s.getBranching();
+  ask_plan(
+    self, *run, parent_id, steps,
+    [self, run, parents, plans](std::shared_ptr<messages::decoded_message> plan) {
+      if (!current(self, run))
+        return;
+      plans->push_back(std::move(plan));
+      plan_round(self, parents, plans);
+    },
+    [self, run](caf::error err) {
+      if (current(self, run))
+        abort_search(self, std::move(err));
+    });
+}
+
+void next_round(supervisor_self self) {
+  auto& st = self->state;
+  auto run = st.run;
+  auto& record = run->record;
+  // A resumed search first finishes the round it was in (its children were fixed).
+  std::vector<lineage_start> pending;
+  for (size_t i = 0; i < record.size(); ++i) {
+    auto v = record.vertex(i);
+    if (v.getState() == schema::VertexState::PENDING)
+      pending.push_back({v.getIndex(), v.getParent(), v.getRound(), v.getStrategy().cStr(),
+                         v.getRationale().cStr(), messages::encode_root(v.getCandidate())});
+  }
+  if (!pending.empty())
+    return dispatch_round(self, std::move(pending));
+  if (auto reason = run->stop_reason(); !reason.empty())
+    return finish(self, reason);
+  auto s = run->ctx->settings();
+  // The frontier: correct, profiled vertices.
+  std::vector<search::frontier_entry> frontier;
+  std::vector<uint32_t> children(record.size(), 0), depth(record.size(), 0);
+  for (size_t i = 0; i < record.size(); ++i) {
+    auto v = record.vertex(i);
+    if (v.getParent() >= 0 && static_cast<size_t>(v.getParent()) < record.size()) {
+      ++children[static_cast<size_t>(v.getParent())];
+      depth[i] = depth[static_cast<size_t>(v.getParent())] + 1;
+    }
+  }
+  for (size_t i = 0; i < record.size(); ++i) {
+    auto v = record.vertex(i);
+    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0)
+      continue;
+    frontier.push_back({static_cast<uint32_t>(i), v.getTimeUs(),
+                        v.getCandidate().getTemplate().cStr(), children[i], depth[i],
+                        st.exhausted.count(static_cast<unsigned>(i)) > 0});
+  }
+  std::vector<int> parents;
+  auto policy = search::parse_policy(s.getPolicy().cStr()).value_or(search::policy_kind::beam);
+  for (auto i : search::select_frontier(policy, frontier, std::max(1u, s.getBeamWidth()),
+                                        st.round, s.getSeed()))
+    parents.push_back(static_cast<int>(i));
+  // Before anything is correct (or once every correct vertex is exhausted) the planner is
+  // asked without a parent: first candidates from the templates not tried yet.
+  if (parents.empty())
+    parents.push_back(-1);
+  plan_round(self, std::move(parents),
+             std::make_shared<std::vector<std::shared_ptr<messages::decoded_message>>>());
+}
+
+}  // namespace
+
+messages::supervisor_actor spawn_graph_supervisor(caf::actor_system& sys,
+                                                  messages::agent_pool pool,
+                                                  messages::tpu_node_actor node,
+                                                  messages::progress_listener_actor listener) {
+  return sys.spawn(supervisor_behavior, std::move(pool), std::move(node), std::move(listener),
+                   std::function<void(supervisor_self)>(next_round));
+}
+
+}  // namespace maxkernel::actors

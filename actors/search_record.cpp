@@ -1,0 +1,197 @@
+#include "actors/search_record.hpp"
+
+#include "messages/content_hash.hpp"
+#include "search/search_graph.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace maxkernel::actors {
+
+search_record::search_record() { usage_.initRoot<schema::Usage>(); }
+search_record::~search_record() = default;
+
+bool search_record::open(const std::string& graph_path, const std::string& key,
+                         const std::string& task, schema::SearchSettings::Reader settings,
+                         schema::KernelSpec::Reader spec, bool resume, std::string& error) {
+  vertices_.clear();
+  resumed_ = false;
+  if (graph_path.empty())
+    return true;
+  graph_ = search::search_graph::open(graph_path, error);
+  if (!graph_)
+    return false;
+  search::search_header header;
+  header.key = key;
+  header.task = task;
+  header.mode = settings.getMode().cStr();
+  header.chip = settings.getChip().cStr();
+  header.spec_bytes = messages::encode_root(spec);
+  header.settings_bytes = messages::encode_root(settings);
+  if (!graph_->begin(header, resume, resumed_, error))
+    return false;
+  if (!resumed_)
+    return true;
+  auto stored = graph_->vertices(error);
+  if (!error.empty())
+    return false;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    auto msg = messages::decode<schema::Vertex>(stored[i], error);
+    if (!msg) {
+      error = fmt::format("{}: vertex {}: {}", graph_path, i, error);
+      return false;
+    }
+    msg->allow_rereading();
+    if (msg->root<schema::Vertex>().getIndex() != i) {
+      error = fmt::format("{}: vertex {} is stored at position {}", graph_path,
+                          msg->root<schema::Vertex>().getIndex(), i);
+      return false;
+    }
+    vertices_.push_back(std::move(*msg));
+  }
+  return true;
+}
+
+bool search_record::put(schema::Vertex::Reader v, std::string& error) {
+  auto bytes = messages::encode_root(v);
+  if (graph_ && !graph_->put_vertex(bytes, error))
+    return false;
+  auto msg = messages::decode<schema::Vertex>(bytes, error);
+  if (!msg)
+    return false;
+  msg->allow_rereading();
+  size_t i = v.getIndex();
+  if (i < vertices_.size()) {
+    vertices_[i] = std::move(*msg);
+  } else if (i == vertices_.size()) {
+    vertices_.push_back(std::move(*msg));
+  } else {
+    error = fmt::format("vertex {} added after {} vertices", i, vertices_.size());
+    return false;
+  }
+  return true;
+}
+
+schema::Vertex::Reader search_record::vertex(size_t i) const {
+  return const_cast<messages::decoded_message&>(vertices_[i]).root<schema::Vertex>();
+}
+
+int search_record::find_candidate(const std::string& id) const {
+  for (size_t i = 0; i < vertices_.size(); ++i)
+    if (vertex(i).getCandidate().getId() == id)
+      return static_cast<int>(i);
+  return -1;
+}
+
+int search_record::best() const {
+  int best = -1;
+  double best_us = 0;
+  for (size_t i = 0; i < vertices_.size(); ++i) {
+    auto v = vertex(i);
+    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0)
+      continue;
+    if (best < 0 || v.getTimeUs() < best_us) {
+      best = static_cast<int>(i);
+      best_us = v.getTimeUs();
+    }
+  }
+  return best;
+}
+
+double search_record::best_time_us() const {
+  int b = best();
+  return b < 0 ? 0 : vertex(static_cast<size_t>(b)).getTimeUs();
+}
+
+unsigned search_record::evaluated() const {
+  unsigned n = 0;
+  for (size_t i = 0; i < vertices_.size(); ++i)
+    n += vertex(i).getState() != schema::VertexState::PENDING ? 1 : 0;
+  return n;
+}
+
+void search_record::fill_history(schema::PlannerRequest::Builder request) const {
+  std::vector<size_t> done;
+  for (size_t i = 0; i < vertices_.size(); ++i)
+    if (vertex(i).getState() != schema::VertexState::PENDING && vertex(i).getHasResult())
+      done.push_back(i);
+  auto history = request.initHistory(static_cast<unsigned>(done.size()));
+  for (unsigned k = 0; k < done.size(); ++k) {
+    auto v = vertex(done[k]);
+    auto h = history[k];
+    h.setCandidate(v.getCandidate());
+    h.setResult(v.getResult());
+    // A lineage the tester failed passed the node's own test: the planner must not take it
+    // for a correct parent.
+    if (!v.getCorrect())
+      h.getResult().setCorrect(false);
+    h.setHasDiagnosis(v.getHasDiagnosis());
+    if (v.getHasDiagnosis())
+      h.setDiagnosis(v.getDiagnosis());
+  }
+}
+
+void search_record::add_usage(schema::Usage::Reader u) {
+  auto total = usage_.getRoot<schema::Usage>();
+  total.setPromptTokens(total.getPromptTokens() + u.getPromptTokens());
+  total.setCompletionTokens(total.getCompletionTokens() + u.getCompletionTokens());
+  total.setCalls(total.getCalls() + u.getCalls());
+  total.setCostUsd(total.getCostUsd() + u.getCostUsd());
+  total.setHasCost(total.getHasCost() || u.getHasCost());
+}
+
+std::string search_record::result_bytes(const std::string& stop_reason, unsigned rounds) const {
+  capnp::MallocMessageBuilder msg;
+  auto r = msg.initRoot<schema::OptimizeResult>();
+  r.setSchemaVersion(schema::SCHEMA_VERSION);
+  auto list = r.initVertices(static_cast<unsigned>(vertices_.size()));
+  unsigned evaluations = 0, hits = 0, candidates = 0;
+  std::map<std::string, unsigned> failures;
+  std::vector<double> curve;
+  double best_us = 0;
+  for (unsigned i = 0; i < vertices_.size(); ++i) {
+    auto v = vertex(i);
+    list.setWithCaveats(i, v);
+    evaluations += v.getEvaluations();
+    hits += v.getCacheHits();
+    for (auto f : v.getAttemptFailures())
+      ++failures[f.cStr()];
+    if (v.getState() == schema::VertexState::PENDING)
+      continue;
+    ++candidates;
+    if (v.getState() == schema::VertexState::EVALUATED && v.getCorrect() && v.getTimeUs() > 0 &&
+        (best_us == 0 || v.getTimeUs() < best_us))
+      best_us = v.getTimeUs();
+    curve.push_back(best_us);
+  }
+  r.setBest(best());
+  r.setCandidatesEvaluated(candidates);
+  r.setEvaluations(evaluations);
+  r.setCacheHits(hits);
+  auto fl = r.initFailures(static_cast<unsigned>(failures.size()));
+  unsigned k = 0;
+  for (const auto& [cls, n] : failures) {
+    fl[k].setFailureClass(cls);
+    fl[k].setCount(n);
+    ++k;
+  }
+  r.setUsage(const_cast<capnp::MallocMessageBuilder&>(usage_).getRoot<schema::Usage>().asReader());
+  r.setStopReason(stop_reason);
+  r.setRounds(rounds);
+  r.setResumed(resumed_);
+  auto c = r.initBestPerEvaluation(static_cast<unsigned>(curve.size()));
+  for (unsigned i = 0; i < curve.size(); ++i)
+    c.set(i, curve[i]);
+  return messages::encode(msg);
+}
+
+std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::Reader s) {
+  // The spec's bytes stand for the task (read the same way, a spec gives the same bytes).
+  return messages::sha256_hex(fmt::format(
+    "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", messages::sha256_hex(messages::encode_root(spec)),
+    s.getChip().cStr(), s.getMode().cStr(), s.getSeed(), s.getPolicy().cStr(),
+    s.getBeamWidth(), s.getBranching(), s.getMaxRepairs()));
+}
+
+}  // namespace maxkernel::actors

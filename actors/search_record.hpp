@@ -1,0 +1,73 @@
+// What a supervisor knows of its search: the vertices so far (in index order, as the Vertex
+// messages search/search_graph persists), the best correct one, the curve of the best time
+// per candidate, and the tallies that go into the OptimizeResult. Plain C++ (no actors), so
+// the supervisors' bookkeeping is tested on its own. When a graph file is given, every
+// change is written through before the supervisor goes on: a killed search resumes from it.
+#pragma once
+
+#include "maxkernel/schema/agent.capnp.h"
+#include "maxkernel/schema/search.capnp.h"
+#include "messages/capnp_io.hpp"
+
+#include <capnp/message.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace maxkernel::search {
+class search_graph;
+}
+
+namespace maxkernel::actors {
+
+class search_record {
+public:
+  search_record();
+  ~search_record();
+  search_record(const search_record&) = delete;
+  search_record& operator=(const search_record&) = delete;
+
+  // Opens `graph_path` (none when empty) and starts the search `key` there; an existing
+  // search of that key is resumed (its vertices loaded) when `resume`, else replaced.
+  bool open(const std::string& graph_path, const std::string& key, const std::string& task,
+            schema::SearchSettings::Reader settings, schema::KernelSpec::Reader spec,
+            bool resume, std::string& error);
+  bool resumed() const { return resumed_; }
+
+  // Adds or replaces vertex v.getIndex() (index == size() appends); written through.
+  bool put(schema::Vertex::Reader v, std::string& error);
+  size_t size() const { return vertices_.size(); }
+  schema::Vertex::Reader vertex(size_t i) const;
+  // Index of the first vertex whose candidate has this id; -1 when none.
+  int find_candidate(const std::string& id) const;
+
+  // The fastest correct vertex (first on ties); -1 when none.
+  int best() const;
+  double best_time_us() const;
+  // Candidates evaluated (vertices no longer pending).
+  unsigned evaluated() const;
+
+  // The planner's history: every evaluated vertex's candidate, result and diagnosis.
+  void fill_history(schema::PlannerRequest::Builder request) const;
+
+  void add_usage(schema::Usage::Reader u);
+
+  // The whole search as an OptimizeResult.
+  std::string result_bytes(const std::string& stop_reason, unsigned rounds) const;
+
+private:
+  std::vector<messages::decoded_message> vertices_;
+  std::unique_ptr<search::search_graph> graph_;
+  bool resumed_ = false;
+  capnp::MallocMessageBuilder usage_;
+};
+
+// The key a search is persisted under: the spec, chip, mode, seed and the graph policy
+// settings (not the budgets: a resumed search may be given more).
+std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::Reader s);
+
+}  // namespace maxkernel::actors

@@ -1,0 +1,88 @@
+#include "actors/search_run.hpp"
+
+#include <capnp/message.h>
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace maxkernel::actors {
+
+bool search_run::open(const std::string& request_bytes, std::string& error) {
+  ctx->request = messages::decode<schema::OptimizeRequest>(request_bytes, error);
+  if (!ctx->request) {
+    error = "OptimizeRequest: " + error;
+    return false;
+  }
+  ctx->request->allow_rereading();
+  auto s = ctx->settings();
+  if (s.getChip().size() == 0) {
+    error = "OptimizeRequest.settings.chip is empty";
+    return false;
+  }
+  if (s.getBudgetEvals() == 0 && s.getBudgetSeconds() <= 0 && s.getPatience() == 0) {
+    error = "the search has no end: give an evaluation budget, a time budget or a patience";
+    return false;
+  }
+  auto spec = ctx->spec();
+  if (!record.open(ctx->optimize().getGraphPath().cStr(), search_key(spec, s),
+                   spec.getName().cStr(), s, spec, ctx->optimize().getResume(), error))
+    return false;
+  ctx->on_usage = [this](schema::Usage::Reader u) { record.add_usage(u); };
+  best_us_ = record.best_time_us();
+  return true;
+}
+
+std::string search_run::stop_reason() const {
+  auto s = const_cast<search_context&>(*ctx).settings();
+  if (s.getBudgetEvals() > 0 && record.evaluated() >= s.getBudgetEvals())
+    return "budget";
+  double elapsed =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  if (s.getBudgetSeconds() > 0 && elapsed >= s.getBudgetSeconds())
+    return "time";
+  if (s.getPatience() > 0 && steps_without_gain_ >= s.getPatience())
+    return "stagnation";
+  int best = record.best();
+  if (s.getTargetRoofline() > 0 && best >= 0) {
+    auto v = record.vertex(static_cast<size_t>(best));
+    if (v.getRooflineUs() > 0 && v.getRooflineUs() / v.getTimeUs() >= s.getTargetRoofline())
+      return "roofline";
+  }
+  return "";
+}
+
+void search_run::step_ended() {
+  double now = record.best_time_us();
+  if (now > 0 && (best_us_ == 0 || now < best_us_)) {
+    best_us_ = now;
+    steps_without_gain_ = 0;
+  } else {
+    ++steps_without_gain_;
+  }
+}
+
+unsigned search_run::remaining_budget() const {
+  auto s = const_cast<search_context&>(*ctx).settings();
+  if (s.getBudgetEvals() == 0)
+    return std::numeric_limits<unsigned>::max();
+  unsigned done = record.evaluated();
+  return done >= s.getBudgetEvals() ? 0 : s.getBudgetEvals() - done;
+}
+
+std::string search_run::progress(const std::string& message, unsigned round) const {
+  capnp::MallocMessageBuilder msg;
+  auto p = msg.initRoot<schema::Progress>();
+  auto& c = const_cast<search_context&>(*ctx);
+  p.setEvaluations(record.evaluated());
+  p.setBudgetEvals(c.settings().getBudgetEvals());
+  double best = record.best_time_us();
+  p.setBestTimeUs(best);
+  double ref = c.optimize().getReferenceTimeUs();
+  p.setBestSpeedup(best > 0 && ref > 0 ? ref / best : 0);
+  p.setRound(round);
+  p.setInFlight(c.in_flight);
+  p.setMessage(message);
+  return messages::encode(msg);
+}
+
+}  // namespace maxkernel::actors

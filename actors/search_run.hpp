@@ -1,0 +1,45 @@
+// The part of a search both supervisors share outside the lineages: opening it (the graph
+// file, a resumed search's vertices), the stop rules (budget, wall time, stagnation, target
+// fraction of roofline), the progress line, and the final OptimizeResult. CAF-free.
+#pragma once
+
+#include "actors/search_context.hpp"
+#include "actors/search_record.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace maxkernel::actors {
+
+class search_run {
+public:
+  search_run() : ctx(std::make_shared<search_context>()) {}
+
+  // Decodes the OptimizeRequest and opens its graph; false with `error` (bad input).
+  bool open(const std::string& request_bytes, std::string& error);
+
+  // Why the search stops now, or "" to go on. `progressed`: a candidate or round just ended
+  // (stagnation counts those without a faster correct candidate).
+  std::string stop_reason() const;
+  // Records that one step (an auto iteration, a graph round) ended: stagnation bookkeeping.
+  void step_ended();
+  // Candidates the budget still allows (UINT32_MAX without a cap).
+  unsigned remaining_budget() const;
+
+  // A Progress message for the listener.
+  std::string progress(const std::string& message, unsigned round) const;
+  std::string result(const std::string& stop_reason, unsigned rounds) const {
+    return record.result_bytes(stop_reason, rounds);
+  }
+
+  std::shared_ptr<search_context> ctx;
+  search_record record;
+
+private:
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  double best_us_ = 0;
+  unsigned steps_without_gain_ = 0;
+};
+
+}  // namespace maxkernel::actors

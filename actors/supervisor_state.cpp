@@ -1,0 +1,86 @@
+#include "actors/supervisor_state.hpp"
+
+#include "actors/supervisor_steps.hpp"
+#include "messages/error.hpp"
+
+#include <algorithm>
+
+namespace maxkernel::actors {
+
+using messages::payload;
+
+void report(supervisor_self self, const std::string& message) {
+  auto& st = self->state;
+  if (st.listener && st.run)
+    self->send(st.listener, messages::progress_atom::value,
+               payload{capnp::typeId<schema::Progress>(), st.run->progress(message, st.round)});
+}
+
+void finish(supervisor_self self, const std::string& reason) {
+  auto& st = self->state;
+  report(self, "stopped: " + reason);
+  st.promise.deliver(
+    payload{capnp::typeId<schema::OptimizeResult>(), st.run->result(reason, st.round)});
+  st.run.reset();
+}
+
+void abort_search(supervisor_self self, caf::error err) {
+  auto& st = self->state;
+  st.promise.deliver(std::move(err));
+  st.run.reset();
+}
+
+bool record_vertex(supervisor_self self, const std::string& vertex_bytes) {
+  std::string error;
+  auto v = messages::decode<schema::Vertex>(vertex_bytes, error);
+  if (!v || !self->state.run->record.put(v->root<schema::Vertex>(), error)) {
+    abort_search(self, messages::make_error(messages::error_code::internal,
+                                            "search graph: " + error));
+    return false;
+  }
+  return true;
+}
+
+messages::supervisor_actor::behavior_type supervisor_behavior(
+  supervisor_self self, messages::agent_pool pool, messages::tpu_node_actor node,
+  messages::progress_listener_actor listener, std::function<void(supervisor_self)> next) {
+  self->state.pool = std::move(pool);
+  self->state.node = std::move(node);
+  self->state.listener = std::move(listener);
+  return {
+    [self, next](messages::optimize_atom, const payload& request) -> caf::result<payload> {
+      auto& st = self->state;
+      if (st.run)
+        return messages::make_error(messages::error_code::bad_input,
+                                    "this supervisor is running a search already");
+      if (request.type_id != capnp::typeId<schema::OptimizeRequest>())
+        return messages::make_error(messages::error_code::malformed_message,
+                                    "optimize: the payload is not an OptimizeRequest");
+      auto run = std::make_shared<search_run>();
+      std::string error;
+      if (!run->open(request.bytes, error))
+        return messages::make_error(messages::error_code::bad_input, error);
+      run->ctx->pool = st.pool;
+      run->ctx->node = st.node;
+      st.run = run;
+      st.exhausted.clear();
+      st.round = 0;
+      for (size_t i = 0; i < run->record.size(); ++i)
+        st.round = std::max(st.round, run->record.vertex(i).getRound() + 1);
+      st.promise = self->make_response_promise<payload>();
+      ask_test_plan(
+        self, run->ctx,
+        [self, run, next] {
+          if (current(self, run))
+            next(self);
+        },
+        [self, run](caf::error err) {
+          if (current(self, run))
+            abort_search(self, std::move(err));
+        });
+      return st.promise;
+    },
+  };
+}
+
+}  // namespace maxkernel::actors

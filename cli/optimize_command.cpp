@@ -1,0 +1,233 @@
+#include "cli/optimize_command.hpp"
+
+#include "actors/auto_supervisor.hpp"
+#include "actors/graph_supervisor.hpp"
+#include "actors/search_record.hpp"
+#include "agents/agent_pool_spawn.hpp"
+#include "cli/node_evaluation.hpp"
+#include "cli/optimize_outputs.hpp"
+#include "cli/output_file.hpp"
+#include "cli/progress_line.hpp"
+#include "cli/task_session.hpp"
+#include "config/brain_config.hpp"
+#include "config/chip_loader.hpp"
+#include "maxkernel/schema/search.capnp.h"
+#include "messages/error.hpp"
+#include "messages/payload_codec.hpp"
+#include "search/search_graph.hpp"
+#include "search/selection_policy.hpp"
+#include "search/state_dir.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <capnp/message.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// Command-line checks that need no worker: exit 2 with the reason.
+bool valid_options(const optimize_options& opts, std::string& error) {
+  if (opts.mode != "auto" && opts.mode != "graph") {
+    error = fmt::format("--mode {}: one of auto, graph", opts.mode);
+    return false;
+  }
+  if (!search::parse_policy(opts.policy)) {
+    error = fmt::format("--policy {}: one of beam, bandit", opts.policy);
+    return false;
+  }
+  if (opts.nodes == 0) {
+    error = "--nodes: at least 1";
+    return false;
+  }
+  if (opts.budget_evals == 0 && opts.budget_seconds <= 0 && opts.patience == 0) {
+    error = "the search has no end: give --budget-evals, --budget-seconds or --patience";
+    return false;
+  }
+  if (opts.target_roofline < 0 || opts.target_roofline > 1) {
+    error = "--target-roofline: a fraction between 0 and 1";
+    return false;
+  }
+  return output_dir_exists(opts.json, error);
+}
+
+}  // namespace
+
+int run_optimize(const optimize_options& opts) {
+  auto started = clock_type::now();
+  std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
+  std::string error;
+  if (!valid_options(opts, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  auto kind = classify_spec(opts.spec, error);
+  if (kind == spec_kind::invalid) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  config::brain_config brains = config::default_brain_config();
+  if (!opts.brains.empty()) {
+    config::spec_error e;
+    if (!config::load_brain_config(opts.brains, brains, e)) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (!opts.out.empty()) {
+    std::error_code ec;
+    fs::create_directories(opts.out, ec);
+    if (ec || !fs::is_directory(opts.out)) {
+      std::cerr << "error: --out " << opts.out << ": not a directory it can create\n";
+      return 2;
+    }
+  }
+  std::string state_dir = opts.state_dir.empty() ? search::default_state_dir() : opts.state_dir;
+  if (state_dir.empty()) {
+    std::cerr << "error: no state directory (no home): give --state-dir\n";
+    return 2;
+  }
+
+  task_session task;
+  session_flags flags{opts.chip, state_dir, opts.no_store, opts.simulate_device_ms,
+                      opts.memory_limit_bytes, opts.deadline_seconds};
+  flags.nodes = opts.nodes;
+  flags.workers = opts.workers;
+  flags.dispatch = true;
+  if (int code = open_task_session(opts.spec, kind, flags, task))
+    return code;
+  auto& session = *task.session;
+  auto spec = task.spec();
+  std::string chip_name = opts.chip.empty() ? spec.getChip().cStr() : opts.chip;
+  config::chip chip;
+  config::spec_error chip_err;
+  if (!config::load_chip(chip_name, chip, chip_err)) {
+    std::cerr << "error: chip: " << chip_err.what() << "\n";
+    return 2;
+  }
+  std::optional<messages::decoded_message> graph_msg;
+  if (int code = analyze_reference(session, spec, graph_msg))
+    return code;
+  auto times = time_reference_and_baseline(session, spec, chip_name);
+  human << fmt::format("{}: reference {:.2f} us{} (modeled on {}); {} search, {} node(s), {} "
+                       "worker(s)\n",
+                       spec.getName().cStr(), times.reference_us,
+                       times.baseline_us > 0 ? fmt::format(", baseline {:.2f} us", times.baseline_us)
+                                             : "",
+                       chip_name, opts.mode, session.nodes(), session.workers());
+
+  capnp::MallocMessageBuilder req_msg;
+  auto req = req_msg.initRoot<schema::OptimizeRequest>();
+  req.setSchemaVersion(schema::SCHEMA_VERSION);
+  req.setSpec(spec);
+  req.setAnalysis(graph_msg->root<schema::DataflowGraph>());
+  auto s = req.initSettings();
+  s.setMode(opts.mode);
+  s.setChip(chip_name);
+  s.setSeed(opts.seed);
+  s.setBudgetEvals(opts.budget_evals);
+  s.setBudgetSeconds(opts.budget_seconds);
+  s.setMaxRepairs(opts.max_repairs);
+  s.setPatience(opts.patience);
+  s.setTargetRoofline(opts.target_roofline);
+  s.setBeamWidth(opts.beam_width);
+  s.setBranching(opts.branching);
+  s.setPolicy(opts.policy);
+  s.setDeadlineMs(static_cast<uint32_t>(opts.deadline_seconds * 1000));
+  req.setReferenceTimeUs(times.reference_us);
+  std::string graph_path = search::default_store_path(state_dir);
+  req.setGraphPath(graph_path);
+  req.setResume(opts.resume);
+
+  auto& sys = session.system();
+  auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
+  auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals);
+  auto supervisor = opts.mode == "graph"
+                      ? actors::spawn_graph_supervisor(sys, pool, session.evaluator(), listener)
+                      : actors::spawn_auto_supervisor(sys, pool, session.evaluator(), listener);
+  std::optional<messages::decoded_message> result_msg;
+  int exit_code = 0;
+  {
+    caf::scoped_actor self{sys};
+    self
+      ->request(supervisor, caf::infinite, messages::optimize_atom::value,
+                messages::make_payload<schema::OptimizeRequest>(req_msg))
+      .receive(
+        [&](messages::payload& reply) {
+          result_msg = messages::open_payload<schema::OptimizeResult>(reply, error);
+          if (!result_msg)
+            exit_code = 3;
+        },
+        [&](caf::error& e) {
+          error = messages::message_of(e);
+          exit_code = messages::exit_code_for(messages::code_of(e));
+          if (exit_code == 0)
+            exit_code = 3;
+        });
+    self->send_exit(supervisor, caf::exit_reason::user_shutdown);
+    self->send_exit(listener, caf::exit_reason::user_shutdown);
+  }
+  agents::stop_agent_pool(pool);
+  end_progress_line(std::cerr);
+  if (exit_code != 0) {
+    std::cerr << "error: " << error << "\n";
+    return exit_code;
+  }
+  result_msg->allow_rereading();
+  auto result = result_msg->root<schema::OptimizeResult>();
+
+  optimize_outcome outcome;
+  outcome.mode = opts.mode;
+  outcome.chip = chip_name;
+  outcome.backend = session.backend();
+  outcome.jax_version = session.jax_version();
+  outcome.seed = opts.seed;
+  outcome.reference_us = times.reference_us;
+  outcome.baseline_us = times.baseline_us;
+  outcome.extra_evaluations = times.evaluations;
+  outcome.extra_cache_hits = times.cache_hits;
+  outcome.wall_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
+  outcome.nodes = session.nodes();
+  auto json = result_json(spec, result, outcome);
+  human << summary_line(spec, result, outcome);
+
+  if (!opts.out.empty()) {
+    // The search alone, as a one-file database beside the kernel.
+    auto graph = search::search_graph::open(graph_path, error);
+    bool resumed = false;
+    search::search_header header;
+    header.key = actors::search_key(spec, req.getSettings().asReader());
+    header.task = spec.getName().cStr();
+    header.mode = opts.mode;
+    header.chip = chip_name;
+    header.spec_bytes = messages::encode_root(spec);
+    header.settings_bytes = messages::encode_root(req.getSettings().asReader());
+    if (!graph || !graph->begin(header, true, resumed, error) ||
+        !graph->copy_to((fs::path(opts.out) / "search.sqlite").string(), error)) {
+      std::cerr << "error: search.sqlite: " << error << "\n";
+      return 3;
+    }
+    if (!write_optimize_outputs(opts.out, spec, result, outcome, json, error)) {
+      std::cerr << "error: " << error << "\n";
+      return 3;
+    }
+    human << "wrote " << opts.out
+          << "/{kernel.py, result.json, search.sqlite, graph.json, graph.dot, report.html}\n";
+  }
+  if (!opts.json.empty() && !write_output(opts.json, json.dump(2) + "\n", error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  return json["correct"].get<bool>() ? 0 : 1;
+}
+
+}  // namespace maxkernel::cli

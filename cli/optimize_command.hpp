@@ -1,0 +1,46 @@
+// `maxkernel optimize SPEC --mode auto|graph [--chip v6e] [--nodes N] [--workers N]
+// [--budget-evals N] [--budget-seconds S] [--seed S] [--out DIR] [--state-dir DIR]
+// [--json FILE|-] [--resume] ...`: the embedded default. One process: N tpu_nodes on the
+// model backend (simulated devices) sharing a worker pool, a dispatcher in front of them,
+// the agent pool and the mode's supervisor. The search graph is persisted as it grows in
+// the state directory (`--resume` continues a killed search). Writes DIR/kernel.py (the best
+// kernel, JAXBench convention), DIR/result.json (ARCHITECTURE.md, "Contracts"),
+// DIR/search.sqlite (the search alone), DIR/graph.json, DIR/graph.dot and DIR/report.html.
+// Exit 0 with a correct kernel, 1 when none was found (kernel.py is then the reference), 2 bad
+// input, 3 environment errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace maxkernel::cli {
+
+struct optimize_options {
+  std::string spec;
+  std::string mode = "auto";     // auto | graph
+  std::string chip;
+  unsigned nodes = 8;            // simulated devices on the model backend
+  unsigned workers = 0;          // JAX workers shared by the nodes; 0: one per core
+  unsigned budget_evals = 24;    // candidates to evaluate; 0: no cap
+  double budget_seconds = 0;     // 0: no cap
+  unsigned patience = 0;         // steps without a faster candidate before stopping; 0: never
+  double target_roofline = 0;    // stop at this fraction of roofline; 0: never
+  unsigned beam_width = 4;       // graph: vertices expanded per round
+  unsigned branching = 3;        // graph: children per vertex
+  std::string policy = "beam";   // graph: beam | bandit
+  unsigned max_repairs = 3;
+  uint64_t seed = 0;
+  std::string out;               // directory ("" = none)
+  std::string state_dir;
+  std::string json;              // "" none, "-" stdout, else a file
+  std::string brains;            // brain config file ("" = every role expert)
+  bool resume = false;
+  bool no_store = false;
+  double deadline_seconds = 600;
+  uint64_t memory_limit_bytes = 8ull << 30;
+  unsigned simulate_device_ms = 0;
+};
+
+int run_optimize(const optimize_options& opts);
+
+}  // namespace maxkernel::cli
