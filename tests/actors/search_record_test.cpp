@@ -1,0 +1,274 @@
+// search_record: the supervisors' bookkeeping of a search (best vertex, planner history,
+// OptimizeResult tallies and curve, write-through and resume through the graph file) and
+// search_run's stop rules.
+#include "actors/search_record.hpp"
+#include "actors/search_run.hpp"
+#include "search/temp_dir.hpp"
+
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+using namespace maxkernel;
+using maxkernel::search::test::temp_dir;
+
+namespace {
+
+struct vertex_args {
+  unsigned index;
+  int parent = -1;
+  schema::VertexState state = schema::VertexState::EVALUATED;
+  bool correct = true;
+  double time_us = 0;
+  std::string id;
+  std::vector<std::string> failures = {};
+  unsigned evaluations = 1, hits = 0;
+};
+
+std::string vertex(const vertex_args& a) {
+  capnp::MallocMessageBuilder msg;
+  auto v = msg.initRoot<schema::Vertex>();
+  v.setIndex(a.index);
+  v.setParent(a.parent);
+  v.setState(a.state);
+  v.setCorrect(a.correct);
+  v.setTimeUs(a.time_us);
+  v.setRooflineUs(a.time_us / 2);
+  v.setStrategy(a.parent < 0 ? "template" : "growBlock");
+  auto c = v.initCandidate();
+  c.setId(a.id);
+  c.setSource("def workload(x):\n  return x\n");
+  c.setTemplate("matmul");
+  if (a.state != schema::VertexState::PENDING) {
+    v.setHasResult(true);
+    v.getResult().setCorrect(true);  // the node's own test; the tester may still fail it
+    v.getResult().setHasProfile(a.time_us > 0);
+    v.getResult().getProfile().setTimeUs(a.time_us);
+  }
+  v.setEvaluations(a.evaluations);
+  v.setCacheHits(a.hits);
+  auto f = v.initAttemptFailures(static_cast<unsigned>(a.failures.size()));
+  for (unsigned i = 0; i < a.failures.size(); ++i)
+    f.set(i, a.failures[i]);
+  return messages::encode(msg);
+}
+
+void put(actors::search_record& r, const vertex_args& a) {
+  std::string error;
+  auto m = messages::decode<schema::Vertex>(vertex(a), error);
+  ASSERT_TRUE(m) << error;
+  ASSERT_TRUE(r.put(m->root<schema::Vertex>(), error)) << error;
+}
+
+struct settings_msg {
+  capnp::MallocMessageBuilder msg;
+  capnp::MallocMessageBuilder spec_msg;
+  settings_msg(unsigned budget = 0, unsigned patience = 0, double target = 0) {
+    auto s = msg.initRoot<schema::SearchSettings>();
+    s.setMode("graph");
+    s.setChip("v6e");
+    s.setSeed(7);
+    s.setBudgetEvals(budget);
+    s.setPatience(patience);
+    s.setTargetRoofline(target);
+    s.setPolicy("beam");
+    spec_msg.initRoot<schema::KernelSpec>().setName("task");
+  }
+  schema::SearchSettings::Reader settings() { return msg.getRoot<schema::SearchSettings>(); }
+  schema::KernelSpec::Reader spec() { return spec_msg.getRoot<schema::KernelSpec>(); }
+};
+
+schema::OptimizeResult::Reader result_of(std::optional<messages::decoded_message>& m,
+                                         const std::string& bytes) {
+  std::string error;
+  m = messages::decode<schema::OptimizeResult>(bytes, error);
+  EXPECT_TRUE(m) << error;
+  return m->root<schema::OptimizeResult>();
+}
+
+}  // namespace
+
+TEST(SearchRecord, BestIsTheFastestCorrectEvaluatedVertex) {
+  actors::search_record r;
+  EXPECT_EQ(r.best(), -1);
+  put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  put(r, {1, 0, schema::VertexState::FAILED, false, 2.0, "b"});       // faster, not correct
+  put(r, {2, 0, schema::VertexState::EVALUATED, true, 8.0, "c"});
+  put(r, {3, 0, schema::VertexState::PENDING, false, 0.0, "d"});
+  put(r, {4, 2, schema::VertexState::EVALUATED, true, 8.0, "e"});     // a tie: the first wins
+  EXPECT_EQ(r.best(), 2);
+  EXPECT_DOUBLE_EQ(r.best_time_us(), 8.0);
+  EXPECT_EQ(r.evaluated(), 4u);
+  EXPECT_EQ(r.find_candidate("c"), 2);
+  EXPECT_EQ(r.find_candidate("zz"), -1);
+}
+
+TEST(SearchRecord, RefusesAGapInTheIndices) {
+  actors::search_record r;
+  put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  std::string error;
+  auto m = messages::decode<schema::Vertex>(vertex({5, 0, schema::VertexState::EVALUATED, true,
+                                                    1.0, "x"}),
+                                            error);
+  EXPECT_FALSE(r.put(m->root<schema::Vertex>(), error));
+  EXPECT_NE(error.find("vertex 5"), std::string::npos) << error;
+}
+
+TEST(SearchRecord, HistoryLeavesPendingOutAndMarksTesterFailuresIncorrect) {
+  actors::search_record r;
+  put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  put(r, {1, 0, schema::VertexState::FAILED, false, 9.0, "b"});  // node passed, tester failed
+  put(r, {2, 0, schema::VertexState::PENDING, false, 0.0, "c"});
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::PlannerRequest>();
+  r.fill_history(req);
+  auto h = req.getHistory();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(std::string(h[0].getCandidate().getId().cStr()), "a");
+  EXPECT_TRUE(h[0].getResult().getCorrect());
+  EXPECT_EQ(std::string(h[1].getCandidate().getId().cStr()), "b");
+  EXPECT_FALSE(h[1].getResult().getCorrect());
+}
+
+TEST(SearchRecord, ResultTalliesAndTheBestCurve) {
+  actors::search_record r;
+  put(r, {0, -1, schema::VertexState::FAILED, false, 0.0, "a", {"lowerBlockShape", "mismatch"},
+          3, 1});
+  put(r, {1, -1, schema::VertexState::EVALUATED, true, 10.0, "b", {"mismatch"}, 4, 2});
+  put(r, {2, 1, schema::VertexState::EVALUATED, true, 12.0, "c", {}, 2, 0});
+  put(r, {3, 1, schema::VertexState::EVALUATED, true, 6.0, "d", {}, 2, 0});
+  std::optional<messages::decoded_message> m;
+  auto res = result_of(m, r.result_bytes("budget", 2));
+  EXPECT_EQ(res.getBest(), 3);
+  EXPECT_EQ(res.getCandidatesEvaluated(), 4u);
+  EXPECT_EQ(res.getEvaluations(), 11u);
+  EXPECT_EQ(res.getCacheHits(), 3u);
+  EXPECT_EQ(std::string(res.getStopReason().cStr()), "budget");
+  EXPECT_EQ(res.getRounds(), 2u);
+  ASSERT_EQ(res.getFailures().size(), 2u);
+  EXPECT_EQ(std::string(res.getFailures()[0].getFailureClass().cStr()), "lowerBlockShape");
+  EXPECT_EQ(res.getFailures()[0].getCount(), 1u);
+  EXPECT_EQ(std::string(res.getFailures()[1].getFailureClass().cStr()), "mismatch");
+  EXPECT_EQ(res.getFailures()[1].getCount(), 2u);
+  auto curve = res.getBestPerEvaluation();
+  ASSERT_EQ(curve.size(), 4u);
+  EXPECT_DOUBLE_EQ(curve[0], 0.0);
+  EXPECT_DOUBLE_EQ(curve[1], 10.0);
+  EXPECT_DOUBLE_EQ(curve[2], 10.0);
+  EXPECT_DOUBLE_EQ(curve[3], 6.0);
+  ASSERT_EQ(res.getVertices().size(), 4u);
+}
+
+TEST(SearchRecord, WritesThroughAndResumesFromTheGraphFile) {
+  temp_dir dir;
+  auto path = dir.file("graphs.sqlite");
+  settings_msg s;
+  auto key = actors::search_key(s.spec(), s.settings());
+  std::string error;
+  {
+    actors::search_record r;
+    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    EXPECT_FALSE(r.resumed());
+    put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+    put(r, {1, 0, schema::VertexState::PENDING, false, 0.0, "b"});
+  }
+  {
+    actors::search_record r;
+    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), true, error)) << error;
+    EXPECT_TRUE(r.resumed());
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r.vertex(1).getState(), schema::VertexState::PENDING);
+    EXPECT_EQ(r.best(), 0);
+  }
+  {
+    // Without resume the search of that key starts over.
+    actors::search_record r;
+    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    EXPECT_FALSE(r.resumed());
+    EXPECT_EQ(r.size(), 0u);
+  }
+}
+
+TEST(SearchRecord, KeyDependsOnSeedModeAndPolicyButNotOnBudget) {
+  settings_msg a(10), b(20);
+  EXPECT_EQ(actors::search_key(a.spec(), a.settings()), actors::search_key(b.spec(), b.settings()));
+  settings_msg c;
+  c.msg.getRoot<schema::SearchSettings>().setSeed(8);
+  EXPECT_NE(actors::search_key(a.spec(), a.settings()), actors::search_key(c.spec(), c.settings()));
+  settings_msg d;
+  d.msg.getRoot<schema::SearchSettings>().setMode("auto");
+  EXPECT_NE(actors::search_key(a.spec(), a.settings()), actors::search_key(d.spec(), d.settings()));
+  settings_msg e;
+  e.spec_msg.getRoot<schema::KernelSpec>().setName("other");
+  EXPECT_NE(actors::search_key(a.spec(), a.settings()), actors::search_key(e.spec(), e.settings()));
+}
+
+namespace {
+
+// A search_run over an OptimizeRequest with these settings and no graph file.
+std::unique_ptr<actors::search_run> run_with(unsigned budget, unsigned patience, double target) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::OptimizeRequest>();
+  req.setSchemaVersion(schema::SCHEMA_VERSION);
+  req.initSpec().setName("task");
+  auto s = req.initSettings();
+  s.setMode("auto");
+  s.setChip("v6e");
+  s.setBudgetEvals(budget);
+  s.setPatience(patience);
+  s.setTargetRoofline(target);
+  auto run = std::make_unique<actors::search_run>();
+  std::string error;
+  EXPECT_TRUE(run->open(messages::encode(msg), error)) << error;
+  return run;
+}
+
+}  // namespace
+
+TEST(SearchRun, StopsOnBudget) {
+  auto run = run_with(2, 0, 0);
+  EXPECT_EQ(run->stop_reason(), "");
+  EXPECT_EQ(run->remaining_budget(), 2u);
+  put(run->record, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  put(run->record, {1, 0, schema::VertexState::PENDING, false, 0.0, "b"});
+  EXPECT_EQ(run->stop_reason(), "");  // a pending vertex is not evaluated yet
+  put(run->record, {1, 0, schema::VertexState::FAILED, false, 0.0, "b"});
+  EXPECT_EQ(run->stop_reason(), "budget");
+  EXPECT_EQ(run->remaining_budget(), 0u);
+}
+
+TEST(SearchRun, StopsAfterPatienceStepsWithoutAFasterKernel) {
+  auto run = run_with(0, 2, 0);
+  put(run->record, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  run->step_ended();  // an improvement (first correct)
+  put(run->record, {1, 0, schema::VertexState::EVALUATED, true, 11.0, "b"});
+  run->step_ended();
+  EXPECT_EQ(run->stop_reason(), "");
+  put(run->record, {2, 0, schema::VertexState::EVALUATED, true, 9.0, "c"});
+  run->step_ended();  // faster: the count starts over
+  put(run->record, {3, 2, schema::VertexState::EVALUATED, true, 9.0, "d"});
+  run->step_ended();
+  EXPECT_EQ(run->stop_reason(), "");
+  put(run->record, {4, 2, schema::VertexState::EVALUATED, true, 9.5, "e"});
+  run->step_ended();
+  EXPECT_EQ(run->stop_reason(), "stagnation");
+}
+
+TEST(SearchRun, StopsAtTheTargetFractionOfRoofline) {
+  auto run = run_with(0, 5, 0.6);
+  put(run->record, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});  // roofline 5
+  EXPECT_EQ(run->stop_reason(), "");  // 50% of roofline
+  auto more = run_with(0, 5, 0.5);
+  put(more->record, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+  EXPECT_EQ(more->stop_reason(), "roofline");
+}
+
+TEST(SearchRun, RefusesASearchWithoutAnEnd) {
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::OptimizeRequest>();
+  req.setSchemaVersion(schema::SCHEMA_VERSION);
+  req.initSettings().setChip("v6e");
+  actors::search_run run;
+  std::string error;
+  EXPECT_FALSE(run.open(messages::encode(msg), error));
+  EXPECT_NE(error.find("no end"), std::string::npos) << error;
+}
