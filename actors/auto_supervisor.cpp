@@ -54,7 +54,8 @@ void iterate(supervisor_self self) {
   };
   // The planner moves from the best correct candidate (by its diagnosis) or, before there
   // is one, proposes templates; the first step that gives a new kernel comes next.
-  ask_plan(self, *run, "", 0,
+  // More steps than the one taken: a step whose kernel is already in the graph is skipped.
+  ask_plan(self, *run, "", 8,
     [self, run](std::shared_ptr<messages::decoded_message> plan) {
       if (!current(self, run))
         return;

@@ -32,8 +32,11 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
         if (err)
           return abort_search(self, std::move(err));
         (*slots)[k] = std::move(vertex);
-        if (--*left > 0)
+        if (--*left > 0) {
+          report(self, fmt::format("round {}: {} of {} candidate(s) in", self->state.round,
+                                   slots->size() - *left, slots->size()));
           return;
+        }
         // Every answer is in: the round is recorded in vertex order, whatever the arrival.
         for (const auto& v : *slots)
           if (!record_vertex(self, v))
