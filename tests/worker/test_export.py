@@ -342,3 +342,14 @@ def test_cli_mismatch_exits_1_and_writes_nothing(tmp_path, schemas):
     assert run.returncode == 1
     assert "workload returns [2, 8, 128] float32; the reference returns [2, 8, 128] bfloat16" in run.stderr
     assert not out.exists()
+
+
+def test_jaxbench_reference_as_kernel_is_kept_whole(tmp_path):
+    # the fallback: baseline.py itself is the kernel; nothing is added, and its data-dependent
+    # workload is checked with the integer inputs concrete
+    spec = load_task_dir(os.path.join(ROOT, "tests", "worker", "tasks", "jb_grouped"), 0)
+    source = spec["reference"]
+    assert export.export_source(spec, source).rstrip("\n") == source.rstrip("\n")
+    module, _ = do_export(spec, source, tmp_path / "kernel.py")
+    lhs, rhs, groups = module.create_inputs()
+    assert module.workload(lhs, rhs, groups).shape == (1024, 256)

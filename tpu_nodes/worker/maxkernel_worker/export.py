@@ -688,7 +688,27 @@ def _integer_inputs(spec: dict) -> dict:
     task = NativeTask(spec)
     args = task.prefetch_args(0, 0)
     import jax.numpy as jnp
-    return {i: a for i, a in enumerate(args) if hasattr(a, "dtype") and not jnp.issubdtype(a.dtype, jnp.floating)}
+    import numpy as np
+    return {i: np.asarray(a) for i, a in enumerate(args)
+            if hasattr(a, "dtype") and not jnp.issubdtype(a.dtype, jnp.floating)}
+
+
+def _task_integer_inputs(module: types.ModuleType, args: list) -> dict:
+    """Task directories: the integer/bool inputs of create_inputs(), computed under jit with
+    the float inputs dropped (XLA never makes them)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    wanted = [i for i, a in enumerate(args)
+              if isinstance(a, jax.ShapeDtypeStruct) and not jnp.issubdtype(a.dtype, jnp.floating)]
+    if not wanted:
+        return {}
+    try:
+        values = jax.jit(lambda: [module.create_inputs()[i] for i in wanted])()
+    except Exception:
+        return {}
+    # numpy, not jax arrays: inside a trace, ops on jax arrays are staged even when concrete
+    return {i: np.asarray(v) for i, v in zip(wanted, values)}
 
 
 def _reference_outputs(spec: dict, args: list) -> list[tuple]:
@@ -706,9 +726,16 @@ def _reference_outputs(spec: dict, args: list) -> list[tuple]:
         return _types(_eval_shape(fn, args, _integer_inputs(spec)))
 
 
+def _concretization_errors() -> tuple:
+    import jax
+    return (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+
+
 def check(spec: dict, module: types.ModuleType) -> list[str]:
     """Raises ExportError(1) when create_inputs or workload disagree with the spec; returns notes."""
     import jax
+    concretization = _concretization_errors()
     notes = []
     args = _abstract_inputs(spec)
     expected_inputs = [(tuple(a.shape), str(a.dtype)) if isinstance(a, jax.ShapeDtypeStruct) else ("static", a)
@@ -745,6 +772,14 @@ def check(spec: dict, module: types.ModuleType) -> list[str]:
             shapes = jax.eval_shape(traced)
         except ExportError:
             raise
+        except concretization:   # numpy or data-dependent input code: run it for real
+            statics.clear()
+            try:
+                shapes = traced()
+            except ExportError:
+                raise
+            except Exception as e:
+                raise ExportError(1, f"create_inputs() raised: {type(e).__name__}: {e}") from None
         except Exception as e:
             raise ExportError(1, f"create_inputs() raised under jax.eval_shape: {type(e).__name__}: {e}") from None
         got = [("static", statics[i]) if s is None else (tuple(s.shape), str(s.dtype)) for i, s in enumerate(shapes)]
@@ -754,7 +789,7 @@ def check(spec: dict, module: types.ModuleType) -> list[str]:
     try:
         out = _eval_shape(module.workload, args)
     except Exception as first:
-        concrete = _integer_inputs(spec) if spec.get("format", "native") == "native" else {}
+        concrete = _integer_inputs(spec) if native else _task_integer_inputs(module, args)
         if not concrete:
             raise ExportError(1, f"workload raised under jax.eval_shape on the task's inputs: "
                                  f"{type(first).__name__}: {first}") from None
