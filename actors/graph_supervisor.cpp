@@ -38,9 +38,10 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
           return;
         }
         // Every answer is in: the round is recorded in vertex order, whatever the arrival.
-        for (const auto& v : *slots)
-          if (!record_vertex(self, v))
-            return;
+        std::string error;
+        if (!run->record.put_all(*slots, error))
+          return abort_search(self, messages::make_error(messages::error_code::internal,
+                                                         "search graph: " + error));
         run->step_ended();
         int best = run->record.best();
         report(self, best < 0 ? fmt::format("round {} done: nothing correct yet",
@@ -51,9 +52,14 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
         next_round(self);
       }));
   }
+  // The round's children are recorded together: a search killed now resumes with all of them.
+  std::vector<std::string> pending;
   for (auto& l : lineages)
-    if (!record_vertex(self, l->pending_vertex()))
-      return;
+    pending.push_back(l->pending_vertex());
+  std::string error;
+  if (!run->record.put_all(pending, error))
+    return abort_search(self, messages::make_error(messages::error_code::internal,
+                                                   "search graph: " + error));
   for (auto& l : lineages)
     l->run();
 }
@@ -86,8 +92,11 @@ void implement_round(supervisor_self self, std::vector<int> parents,
                                                     std::vector<std::string>) {
       if (!current(self, run))
         return;
-      if (found.empty() && parents[at] >= 0)
-        self->state.exhausted.insert(static_cast<unsigned>(parents[at]));
+      std::string error;
+      if (found.empty() && parents[at] >= 0 &&
+          !run->record.mark_exhausted(static_cast<size_t>(parents[at]), error))
+        return abort_search(self, messages::make_error(messages::error_code::internal,
+                                                       "search graph: " + error));
       for (auto& f : found)
         children->push_back(std::move(f));
       implement_round(self, parents, plans, at + 1, children, taken);
@@ -158,7 +167,7 @@ void next_round(supervisor_self self) {
       continue;
     frontier.push_back({static_cast<uint32_t>(i), v.getTimeUs(),
                         v.getCandidate().getTemplate().cStr(), children[i], depth[i],
-                        st.exhausted.count(static_cast<unsigned>(i)) > 0});
+                        v.getExhausted()});
   }
   std::vector<int> parents;
   auto policy = search::parse_policy(s.getPolicy().cStr()).value_or(search::policy_kind::beam);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 namespace maxkernel::actors {
@@ -54,23 +55,43 @@ bool search_record::open(const std::string& graph_path, const std::string& key,
 }
 
 bool search_record::put(schema::Vertex::Reader v, std::string& error) {
-  auto bytes = messages::encode_root(v);
-  if (graph_ && !graph_->put_vertex(bytes, error))
+  return put_all({messages::encode_root(v)}, error);
+}
+
+bool search_record::put_all(const std::vector<std::string>& all, std::string& error) {
+  // Checked first (indices follow on from the record), then written, then kept.
+  std::vector<messages::decoded_message> decoded;
+  size_t next = vertices_.size();
+  for (const auto& bytes : all) {
+    auto msg = messages::decode<schema::Vertex>(bytes, error);
+    if (!msg)
+      return false;
+    msg->allow_rereading();
+    size_t i = msg->root<schema::Vertex>().getIndex();
+    if (i > next) {
+      error = fmt::format("vertex {} added after {} vertices", i, next);
+      return false;
+    }
+    next = std::max(next, i + 1);
+    decoded.push_back(std::move(*msg));
+  }
+  if (graph_ && !graph_->put_vertices(all, error))
     return false;
-  auto msg = messages::decode<schema::Vertex>(bytes, error);
-  if (!msg)
-    return false;
-  msg->allow_rereading();
-  size_t i = v.getIndex();
-  if (i < vertices_.size()) {
-    vertices_[i] = std::move(*msg);
-  } else if (i == vertices_.size()) {
-    vertices_.push_back(std::move(*msg));
-  } else {
-    error = fmt::format("vertex {} added after {} vertices", i, vertices_.size());
-    return false;
+  for (auto& msg : decoded) {
+    size_t i = msg.root<schema::Vertex>().getIndex();
+    if (i < vertices_.size())
+      vertices_[i] = std::move(msg);
+    else
+      vertices_.push_back(std::move(msg));
   }
   return true;
+}
+
+bool search_record::mark_exhausted(size_t i, std::string& error) {
+  capnp::MallocMessageBuilder msg;
+  msg.setRoot(vertex(i));
+  msg.getRoot<schema::Vertex>().setExhausted(true);
+  return put_all({messages::encode(msg)}, error);
 }
 
 schema::Vertex::Reader search_record::vertex(size_t i) const {

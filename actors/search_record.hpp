@@ -40,6 +40,11 @@ public:
 
   // Adds or replaces vertex v.getIndex() (index == size() appends); written through.
   bool put(schema::Vertex::Reader v, std::string& error);
+  // Adds or replaces several vertices (Vertex bytes) in one transaction of the graph file: a
+  // round's children are all recorded, or none.
+  bool put_all(const std::vector<std::string>& vertices, std::string& error);
+  // Marks vertex i exhausted (the planner had no new move from it); written through.
+  bool mark_exhausted(size_t i, std::string& error);
   size_t size() const { return vertices_.size(); }
   schema::Vertex::Reader vertex(size_t i) const;
   // Index of the first vertex whose candidate has this id; -1 when none.

@@ -63,10 +63,19 @@ messages::supervisor_actor::behavior_type supervisor_behavior(
       run->ctx->pool = st.pool;
       run->ctx->node = st.node;
       st.run = run;
-      st.exhausted.clear();
+      // A resumed search goes on in the round it was killed in (its pending vertices), else
+      // in the one after the last.
       st.round = 0;
-      for (size_t i = 0; i < run->record.size(); ++i)
-        st.round = std::max(st.round, run->record.vertex(i).getRound() + 1);
+      bool pending = false;
+      for (size_t i = 0; i < run->record.size(); ++i) {
+        auto v = run->record.vertex(i);
+        if (v.getState() == schema::VertexState::PENDING) {
+          st.round = pending ? std::min(st.round, v.getRound()) : v.getRound();
+          pending = true;
+        } else if (!pending) {
+          st.round = std::max(st.round, v.getRound() + 1);
+        }
+      }
       st.promise = self->make_response_promise<payload>();
       ask_test_plan(
         self, run->ctx,

@@ -14,7 +14,6 @@
 
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 
 namespace maxkernel::actors {
@@ -26,7 +25,6 @@ struct supervisor_state {
   std::shared_ptr<search_run> run;  // the search under way; null when idle
   caf::typed_response_promise<messages::payload> promise;
   unsigned round = 0;               // auto: iteration; graph: round
-  std::set<unsigned> exhausted;     // graph: vertices the planner had no new move for
   static inline const char* name = "supervisor";
 };
 

@@ -1,5 +1,6 @@
 #include "cli/optimize_outputs.hpp"
 
+#include "cli/jaxbench_export.hpp"
 #include "cli/output_file.hpp"
 #include "cli/profile_report.hpp"
 #include "messages/capnp_io.hpp"
@@ -45,6 +46,17 @@ best_choice choose(schema::OptimizeResult::Reader result, double reference_us) {
   return b;
 }
 
+// The task's roofline time: the best kernel's, else any profiled vertex's (the roofline of a
+// task does not depend on the kernel); 0 when none was profiled.
+double task_roofline_us(schema::OptimizeResult::Reader result, const best_choice& b) {
+  if (b.roofline_us > 0)
+    return b.roofline_us;
+  for (auto v : result.getVertices())
+    if (v.getRooflineUs() > 0)
+      return v.getRooflineUs();
+  return 0;
+}
+
 std::string params_text(schema::Candidate::Reader c) {
   json p = json::object();
   for (auto x : c.getParams())
@@ -73,6 +85,16 @@ std::vector<std::string> vertex_bytes(schema::OptimizeResult::Reader result) {
   return out;
 }
 
+// The module in the JAXBench convention (cli/jaxbench_export), or `module` as it is with a
+// header line saying why not: the export never fails the command.
+std::string in_jaxbench_convention(schema::KernelSpec::Reader spec, const std::string& module) {
+  std::string exported, error;
+  if (export_jaxbench_kernel(spec, module, exported, error))
+    return exported;
+  std::replace(error.begin(), error.end(), '\n', ' ');
+  return fmt::format("# not in the JAXBench convention: {}\n", error) + module;
+}
+
 std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
                         const optimize_outcome& o, const best_choice& b) {
   if (b.vertex >= 0 && b.beats) {
@@ -88,7 +110,7 @@ std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult:
              params_text(c), v.getStrategy().cStr(), b.time_us, b.timing, o.reference_us,
              speedup, b.vertex, result.getCandidatesEvaluated(), o.jax_version,
              messages::maxkernel_version()) +
-           c.getSource().cStr();
+           in_jaxbench_convention(spec, c.getSource().cStr());
   }
   std::string why = b.vertex < 0 ? "no correct kernel was found"
                                  : fmt::format("the best correct kernel ({:.2f} us) does not beat "
@@ -98,11 +120,12 @@ std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult:
                                  "the reference (fallback)\n# JAX {}, maxkernel {}\n",
                                  o.mode, spec.getName().cStr(), o.chip, why, o.jax_version,
                                  messages::maxkernel_version());
-  text += spec.getReference().cStr();
+  // The reference as the kernel: workload is the reference's entry function.
+  std::string reference = spec.getReference().cStr();
   std::string entry = spec.getReferenceEntry().cStr();
   if (!entry.empty() && entry != "workload")
-    text += fmt::format("\n\nworkload = {}\n", entry);
-  return text;
+    reference += fmt::format("\n\nworkload = {}\n", entry);
+  return text + in_jaxbench_convention(spec, reference);
 }
 
 std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
@@ -171,6 +194,7 @@ json result_json(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader
   bool correct = b.vertex >= 0;
   bool fallback = !b.beats;
   double kernel_us = fallback ? o.reference_us : b.time_us;
+  double roofline_us = task_roofline_us(result, b);
   auto nullable = [](double v) { return v > 0 ? json(v) : json(nullptr); };
   json failures = json::object();
   for (auto f : result.getFailures())
@@ -192,9 +216,9 @@ json result_json(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader
      !fallback && o.reference_us > 0 ? o.reference_us / kernel_us : 1.0},
     {"speedup_vs_baseline",
      o.baseline_us > 0 && kernel_us > 0 ? json(o.baseline_us / kernel_us) : json(nullptr)},
-    {"roofline_time_us", nullable(fallback ? 0 : b.roofline_us)},
+    {"roofline_time_us", nullable(roofline_us)},
     {"roofline_fraction",
-     !fallback && b.roofline_us > 0 ? json(b.roofline_us / kernel_us) : json(nullptr)},
+     roofline_us > 0 && kernel_us > 0 ? json(roofline_us / kernel_us) : json(nullptr)},
     {"evaluations", result.getEvaluations() + o.extra_evaluations},
     {"cache_hits", result.getCacheHits() + o.extra_cache_hits},
     {"failures", failures},

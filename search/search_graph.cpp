@@ -453,77 +453,101 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
 }
 
 bool search_graph::put_vertex(const std::string& bytes, std::string& error) {
+  return put_vertices({bytes}, error);
+}
+
+bool search_graph::put_vertices(const std::vector<std::string>& all, std::string& error) {
   if (key_.empty()) {
     error = path_ + ": cannot store a vertex before a search is begun";
     return false;
   }
-  std::string why;
-  auto msg = messages::decode<schema::Vertex>(bytes, why);
-  if (!msg) {
-    error = path_ + ": search " + key_ + ": cannot store a vertex: the bytes are not a Vertex: " +
-            why;
-    return false;
+  // Every vertex is checked before the transaction: all are stored, or none.
+  std::vector<messages::decoded_message> decoded;
+  for (const auto& bytes : all) {
+    std::string why;
+    auto msg = messages::decode<schema::Vertex>(bytes, why);
+    if (!msg) {
+      error = path_ + ": search " + key_ + ": cannot store a vertex: the bytes are not a Vertex: " +
+              why;
+      return false;
+    }
+    auto v = msg->root<schema::Vertex>();
+    int64_t index = v.getIndex();
+    int64_t parent = v.getParent();
+    auto fail = [&](const std::string& what) {
+      error = path_ + ": search " + key_ + ": cannot store vertex " + std::to_string(index) +
+              ": " + what;
+      return false;
+    };
+    // Creation order: a parent exists before its children, so it has a lower index.
+    if (parent < -1 || parent >= index)
+      return fail("its parent " + std::to_string(parent) + " is neither -1 nor an earlier vertex");
+    double time_us = v.getTimeUs();
+    if (!std::isfinite(time_us) || time_us < 0)
+      return fail("timeUs " + std::to_string(time_us) + " is not a time");
+    decoded.push_back(std::move(*msg));
   }
-  auto v = msg->root<schema::Vertex>();
-  int64_t index = v.getIndex();
-  int64_t parent = v.getParent();
-  auto fail = [&](const std::string& what) {
-    error = path_ + ": search " + key_ + ": cannot store vertex " + std::to_string(index) + ": " +
-            what;
-    return false;
-  };
-  // Creation order: a parent exists before its children, so it has a lower index.
-  if (parent < -1 || parent >= index)
-    return fail("its parent " + std::to_string(parent) + " is neither -1 nor an earlier vertex");
-  double time_us = v.getTimeUs();
-  if (!std::isfinite(time_us) || time_us < 0)
-    return fail("timeUs " + std::to_string(time_us) + " is not a time");
-  std::string strategy = v.getStrategy();
-  auto candidate = v.getCandidate();
 
   std::lock_guard lock(db_->mutex);
-  if (!db_->exec("BEGIN IMMEDIATE", why))
-    return fail(why);
-  sqlite3_stmt* st = db_->put_vertex;
+  std::string why;
+  if (!db_->exec("BEGIN IMMEDIATE", why)) {
+    error = path_ + ": search " + key_ + ": cannot store vertices: " + why;
+    return false;
+  }
   auto text = [&](sqlite3_stmt* s, int i, const std::string& t) {
     sqlite3_bind_text(s, i, t.data(), static_cast<int>(t.size()), SQLITE_TRANSIENT);
   };
-  text(st, 1, key_);
-  sqlite3_bind_int64(st, 2, index);
-  sqlite3_bind_int64(st, 3, parent);
-  text(st, 4, strategy);
-  sqlite3_bind_int64(st, 5, v.getRound());
-  sqlite3_bind_text(st, 6, state_name(v.getState()), -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 7, v.getCorrect() ? 1 : 0);
-  if (time_us > 0)  // untimed is NULL, as in the evaluation store
-    sqlite3_bind_double(st, 8, time_us);
-  else
-    sqlite3_bind_null(st, 8);
-  text(st, 9, candidate.getId());
-  text(st, 10, candidate.getTemplate());
-  text(st, 11, v.getFailureClass());
-  sqlite3_bind_blob(st, 12, bytes.data(), static_cast<int>(bytes.size()), SQLITE_STATIC);
-  bool ok = db_->run(st, why);
-  if (ok && parent >= 0) {
-    st = db_->put_edge;
-    text(st, 1, key_);
-    sqlite3_bind_int64(st, 2, parent);
-    sqlite3_bind_int64(st, 3, index);
-    text(st, 4, strategy);
-    ok = db_->run(st, why);
-  } else if (ok) {
-    // A replaced vertex that became a root loses its old edge.
-    st = db_->drop_edge;
+  bool ok = true;
+  int64_t index = 0;
+  for (size_t k = 0; ok && k < all.size(); ++k) {
+    auto v = decoded[k].root<schema::Vertex>();
+    index = v.getIndex();
+    int64_t parent = v.getParent();
+    double time_us = v.getTimeUs();
+    std::string strategy = v.getStrategy();
+    auto candidate = v.getCandidate();
+    const std::string& bytes = all[k];
+    sqlite3_stmt* st = db_->put_vertex;
     text(st, 1, key_);
     sqlite3_bind_int64(st, 2, index);
+    sqlite3_bind_int64(st, 3, parent);
+    text(st, 4, strategy);
+    sqlite3_bind_int64(st, 5, v.getRound());
+    sqlite3_bind_text(st, 6, state_name(v.getState()), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, v.getCorrect() ? 1 : 0);
+    if (time_us > 0)  // untimed is NULL, as in the evaluation store
+      sqlite3_bind_double(st, 8, time_us);
+    else
+      sqlite3_bind_null(st, 8);
+    text(st, 9, candidate.getId());
+    text(st, 10, candidate.getTemplate());
+    text(st, 11, v.getFailureClass());
+    sqlite3_bind_blob(st, 12, bytes.data(), static_cast<int>(bytes.size()), SQLITE_STATIC);
     ok = db_->run(st, why);
+    if (ok && parent >= 0) {
+      st = db_->put_edge;
+      text(st, 1, key_);
+      sqlite3_bind_int64(st, 2, parent);
+      sqlite3_bind_int64(st, 3, index);
+      text(st, 4, strategy);
+      ok = db_->run(st, why);
+    } else if (ok) {
+      // A replaced vertex that became a root loses its old edge.
+      st = db_->drop_edge;
+      text(st, 1, key_);
+      sqlite3_bind_int64(st, 2, index);
+      ok = db_->run(st, why);
+    }
   }
   if (ok) {
     text(db_->touch, 1, key_);
     ok = db_->run(db_->touch, why);
   }
-  if (!db_->finish(ok, why))
-    return fail(why);
+  if (!db_->finish(ok, why)) {
+    error = path_ + ": search " + key_ + ": cannot store vertex " + std::to_string(index) + ": " +
+            why;
+    return false;
+  }
   return true;
 }
 

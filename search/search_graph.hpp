@@ -40,6 +40,8 @@ public:
   // durable when it returns. Refuses bytes that do not decode and a parent that is not -1 or
   // an earlier index.
   bool put_vertex(const std::string& vertex_bytes, std::string& error);
+  // Several vertices in one transaction (a graph round's children): all are stored, or none.
+  bool put_vertices(const std::vector<std::string>& vertex_bytes, std::string& error);
   // The current search's vertices (Vertex bytes), index order.
   std::vector<std::string> vertices(std::string& error) const;
   // Writes a self-contained database holding only the current search (`--out

@@ -68,6 +68,7 @@ struct Vertex {
   rationale @18 :Text;         # the planner's rationale for the step
   attemptFailures @19 :List(Text);  # the failure class of each failed evaluation of its
                                     # lineage (repairs and tester cases), in order
+  exhausted @20 :Bool;         # graph: the planner had no new move from it (never expanded again)
 }
 
 struct FailureCount {

@@ -272,3 +272,32 @@ TEST(SearchRun, RefusesASearchWithoutAnEnd) {
   EXPECT_FALSE(run.open(messages::encode(msg), error));
   EXPECT_NE(error.find("no end"), std::string::npos) << error;
 }
+
+TEST(SearchRecord, ARoundIsRecordedWholeOrNotAtAll) {
+  temp_dir dir;
+  auto path = dir.file("graphs.sqlite");
+  settings_msg s;
+  auto key = actors::search_key(s.spec(), s.settings());
+  std::string error;
+  {
+    actors::search_record r;
+    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
+    // The third child names a parent that does not exist yet: the round is refused whole.
+    std::vector<std::string> round = {vertex({1, 0, schema::VertexState::PENDING, false, 0, "b"}),
+                                      vertex({2, 0, schema::VertexState::PENDING, false, 0, "c"}),
+                                      vertex({3, 7, schema::VertexState::PENDING, false, 0, "d"})};
+    EXPECT_FALSE(r.put_all(round, error));
+    EXPECT_EQ(r.size(), 1u);
+    round.pop_back();
+    ASSERT_TRUE(r.put_all(round, error)) << error;
+    EXPECT_EQ(r.size(), 3u);
+    ASSERT_TRUE(r.mark_exhausted(0, error)) << error;
+  }
+  actors::search_record r;
+  ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), true, error)) << error;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_TRUE(r.vertex(0).getExhausted());
+  EXPECT_DOUBLE_EQ(r.vertex(0).getTimeUs(), 10.0);
+  EXPECT_FALSE(r.vertex(1).getExhausted());
+}
