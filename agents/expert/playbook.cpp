@@ -236,7 +236,12 @@ struct builder {
 }  // namespace
 
 std::string params_key(const std::string& template_name, const nlohmann::json& params) {
-  return template_name + ":" + params.dump();  // nlohmann orders object keys
+  // The VMEM limit decides whether a kernel compiles, not what it computes or how fast: two
+  // param sets that differ only there are one kernel (a search would evaluate it twice).
+  nlohmann::json p = params;
+  if (p.is_object())
+    p.erase(kVmemLimit);
+  return template_name + ":" + p.dump();  // nlohmann orders object keys
 }
 
 int64_t vmem_limit(const nlohmann::json& params, const config::chip& chip) {

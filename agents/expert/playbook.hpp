@@ -26,7 +26,8 @@ struct move {
   double score = 0;          // higher first
 };
 
-// The parameter key a move set would be recorded under (to skip kernels already tried).
+// The parameter key a move set would be recorded under (to skip kernels already tried); the
+// VMEM limit is not part of it.
 std::string params_key(const std::string& template_name, const nlohmann::json& params);
 
 // VMEM the scoped limit allows for these params: their vmem_limit_bytes, else the chip's.
