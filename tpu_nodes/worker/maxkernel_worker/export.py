@@ -316,7 +316,7 @@ class _Renamer(ast.NodeTransformer):
     def visit_Import(self, node):
         if self.scopes:
             return node
-        out = []
+        out, extra = [], []
         for a in node.names:
             bound = a.asname or a.name.split(".")[0]
             if bound not in self.mapping:
@@ -324,9 +324,9 @@ class _Renamer(ast.NodeTransformer):
             elif a.asname or "." not in a.name:
                 out.append(ast.alias(a.name, self.mapping[bound]))
             else:   # `import a.b` binds a: load a.b, bind the package under the new name
-                return ast.parse(f"{self.mapping[bound]} = __import__({a.name!r})").body[0]
+                extra.append(ast.parse(f"{self.mapping[bound]} = __import__({a.name!r})").body[0])
         node.names = out
-        return node
+        return ([node] if out else []) + extra if extra else node
 
     def visit_ImportFrom(self, node):
         if not self.scopes:
@@ -373,9 +373,9 @@ def _statement_source(module: Module, index: int, mapping: dict[str, str], only:
             return ""
         stmt = type(stmt)(**{**{f: getattr(stmt, f) for f in stmt._fields}, "names": aliases})
         ast.copy_location(stmt, module.stmts[index])
-        return ast.unparse(ast.fix_missing_locations(_Renamer(mapping).visit(stmt)))
+        return _unparse(_Renamer(mapping).visit(stmt))
     if set(mapping) & _all_names(stmt):
-        return ast.unparse(ast.fix_missing_locations(_Renamer(mapping).visit(copy.deepcopy(stmt))))
+        return _unparse(_Renamer(mapping).visit(copy.deepcopy(stmt)))
     first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
     lines = module.source.splitlines()
     shares_line = any(s is not stmt and (s.lineno <= stmt.end_lineno and s.end_lineno >= first)
@@ -383,6 +383,12 @@ def _statement_source(module: Module, index: int, mapping: dict[str, str], only:
     if shares_line:
         return ast.unparse(stmt)
     return "\n".join(lines[first - 1:stmt.end_lineno])
+
+
+def _unparse(result) -> str:
+    """A renamed statement (a list when an import became several statements)."""
+    stmts = result if isinstance(result, list) else [result]
+    return "\n".join(ast.unparse(ast.fix_missing_locations(s)) for s in stmts)
 
 
 def _all_names(stmt) -> set[str]:
