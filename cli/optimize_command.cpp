@@ -4,6 +4,7 @@
 #include "actors/graph_supervisor.hpp"
 #include "actors/search_record.hpp"
 #include "agents/agent_pool_spawn.hpp"
+#include "cli/brain_options.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/output_file.hpp"
@@ -75,21 +76,14 @@ int run_optimize(const optimize_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  config::brain_config brains = config::default_brain_config();
-  if (!opts.brains.empty()) {
-    config::spec_error e;
-    if (!config::load_brain_config(opts.brains, brains, e)) {
-      std::cerr << "error: " << e.what() << "\n";
-      return 2;
-    }
+  config::brain_config brains;
+  if (!load_brains(opts.brains, brains, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
   }
-  if (!opts.out.empty()) {
-    std::error_code ec;
-    fs::create_directories(opts.out, ec);
-    if (ec || !fs::is_directory(opts.out)) {
-      std::cerr << "error: --out " << opts.out << ": not a directory it can create\n";
-      return 2;
-    }
+  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
   }
   std::string state_dir = opts.state_dir.empty() ? search::default_state_dir() : opts.state_dir;
   if (state_dir.empty()) {

@@ -45,4 +45,14 @@ bool output_dir_exists(const std::string& target, std::string& error) {
   return false;
 }
 
+bool make_output_dir(const std::string& dir, std::string& error) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    error = "--out " + dir + ": not a directory it can create";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace maxkernel::cli

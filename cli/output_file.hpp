@@ -9,6 +9,9 @@ namespace maxkernel::cli {
 // half a file; "-" writes to stdout. False with `error` set when the file cannot be written.
 bool write_output(const std::string& target, const std::string& text, std::string& error);
 
+// Creates the --out directory `dir` (and its parents); false with `error` when it cannot.
+bool make_output_dir(const std::string& dir, std::string& error);
+
 // Checks before any work that `target`'s directory exists ("-" and "" always pass).
 bool output_dir_exists(const std::string& target, std::string& error);
 

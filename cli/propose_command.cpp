@@ -2,6 +2,7 @@
 
 #include "agents/agent_pool_spawn.hpp"
 #include "agents/expert/repair_rules.hpp"
+#include "cli/brain_options.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
 #include "cli/task_session.hpp"
@@ -118,25 +119,18 @@ int run_propose(const propose_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  config::brain_config brains = config::default_brain_config();
-  if (!opts.brains.empty()) {
-    config::spec_error e;
-    if (!config::load_brain_config(opts.brains, brains, e)) {
-      std::cerr << "error: " << e.what() << "\n";
-      return 2;
-    }
+  config::brain_config brains;
+  if (!load_brains(opts.brains, brains, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
   }
   if (!output_dir_exists(opts.json, error)) {
     std::cerr << "error: --json " << error << "\n";
     return 2;
   }
-  if (!opts.out.empty()) {
-    std::error_code ec;
-    fs::create_directories(opts.out, ec);
-    if (ec || !fs::is_directory(opts.out)) {
-      std::cerr << "error: --out " << opts.out << ": not a directory it can create\n";
-      return 2;
-    }
+  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
   }
   task_session task;
   session_flags flags{opts.chip, opts.state_dir, opts.no_store, 0, opts.memory_limit_bytes,
