@@ -13,9 +13,9 @@ namespace maxkernel::actors {
 search_record::search_record() { usage_.initRoot<schema::Usage>(); }
 search_record::~search_record() = default;
 
-bool search_record::open(const std::string& graph_path, const std::string& key,
-                         const std::string& task, schema::SearchSettings::Reader settings,
-                         schema::KernelSpec::Reader spec, bool resume, std::string& error) {
+bool search_record::open(const std::string& graph_path, schema::KernelSpec::Reader spec,
+                         schema::SearchSettings::Reader settings, bool resume,
+                         std::string& error) {
   vertices_.clear();
   resumed_ = false;
   if (graph_path.empty())
@@ -23,14 +23,7 @@ bool search_record::open(const std::string& graph_path, const std::string& key,
   graph_ = search::search_graph::open(graph_path, error);
   if (!graph_)
     return false;
-  search::search_header header;
-  header.key = key;
-  header.task = task;
-  header.mode = settings.getMode().cStr();
-  header.chip = settings.getChip().cStr();
-  header.spec_bytes = messages::encode_root(spec);
-  header.settings_bytes = messages::encode_root(settings);
-  if (!graph_->begin(header, resume, resumed_, error))
+  if (!graph_->begin(search_header_for(spec, settings), resume, resumed_, error))
     return false;
   if (!resumed_)
     return true;
@@ -213,6 +206,18 @@ std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::
     "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", messages::sha256_hex(messages::encode_root(spec)),
     s.getChip().cStr(), s.getMode().cStr(), s.getSeed(), s.getPolicy().cStr(),
     s.getBeamWidth(), s.getBranching(), s.getMaxRepairs()));
+}
+
+search::search_header search_header_for(schema::KernelSpec::Reader spec,
+                                        schema::SearchSettings::Reader settings) {
+  search::search_header header;
+  header.key = search_key(spec, settings);
+  header.task = spec.getName().cStr();
+  header.mode = settings.getMode().cStr();
+  header.chip = settings.getChip().cStr();
+  header.spec_bytes = messages::encode_root(spec);
+  header.settings_bytes = messages::encode_root(settings);
+  return header;
 }
 
 }  // namespace maxkernel::actors

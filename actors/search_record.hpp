@@ -8,6 +8,7 @@
 #include "maxkernel/schema/agent.capnp.h"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "search/search_graph.hpp"
 
 #include <capnp/message.h>
 
@@ -18,10 +19,6 @@
 #include <string>
 #include <vector>
 
-namespace maxkernel::search {
-class search_graph;
-}
-
 namespace maxkernel::actors {
 
 class search_record {
@@ -31,11 +28,11 @@ public:
   search_record(const search_record&) = delete;
   search_record& operator=(const search_record&) = delete;
 
-  // Opens `graph_path` (none when empty) and starts the search `key` there; an existing
-  // search of that key is resumed (its vertices loaded) when `resume`, else replaced.
-  bool open(const std::string& graph_path, const std::string& key, const std::string& task,
-            schema::SearchSettings::Reader settings, schema::KernelSpec::Reader spec,
-            bool resume, std::string& error);
+  // Opens `graph_path` (none when empty) and starts the search of this spec and settings
+  // there (search_header_for); an existing search of that key is resumed (its vertices
+  // loaded) when `resume`, else replaced.
+  bool open(const std::string& graph_path, schema::KernelSpec::Reader spec,
+            schema::SearchSettings::Reader settings, bool resume, std::string& error);
   bool resumed() const { return resumed_; }
 
   // Adds or replaces vertex v.getIndex() (index == size() appends); written through.
@@ -74,5 +71,9 @@ private:
 // The key a search is persisted under: the spec, chip, mode, seed and the graph policy
 // settings (not the budgets: a resumed search may be given more).
 std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::Reader s);
+// How the search of this spec and settings is recorded in a graph file: its key, task, mode,
+// chip and the spec and settings themselves.
+search::search_header search_header_for(schema::KernelSpec::Reader spec,
+                                        schema::SearchSettings::Reader settings);
 
 }  // namespace maxkernel::actors

@@ -24,8 +24,8 @@ bool search_run::open(const std::string& request_bytes, std::string& error) {
     return false;
   }
   auto spec = ctx->spec();
-  if (!record.open(ctx->optimize().getGraphPath().cStr(), search_key(spec, s),
-                   spec.getName().cStr(), s, spec, ctx->optimize().getResume(), error))
+  if (!record.open(ctx->optimize().getGraphPath().cStr(), spec, s, ctx->optimize().getResume(),
+                   error))
     return false;
   ctx->on_usage = [this](schema::Usage::Reader u) { record.add_usage(u); };
   best_us_ = record.best_time_us();
@@ -33,7 +33,7 @@ bool search_run::open(const std::string& request_bytes, std::string& error) {
 }
 
 std::string search_run::stop_reason() const {
-  auto s = const_cast<search_context&>(*ctx).settings();
+  auto s = ctx->settings();
   if (s.getBudgetEvals() > 0 && record.evaluated() >= s.getBudgetEvals())
     return "budget";
   double elapsed =
@@ -62,7 +62,7 @@ void search_run::step_ended() {
 }
 
 unsigned search_run::remaining_budget() const {
-  auto s = const_cast<search_context&>(*ctx).settings();
+  auto s = ctx->settings();
   if (s.getBudgetEvals() == 0)
     return std::numeric_limits<unsigned>::max();
   unsigned done = record.evaluated();
@@ -72,7 +72,7 @@ unsigned search_run::remaining_budget() const {
 std::string search_run::progress(const std::string& message, unsigned round) const {
   capnp::MallocMessageBuilder msg;
   auto p = msg.initRoot<schema::Progress>();
-  auto& c = const_cast<search_context&>(*ctx);
+  auto& c = *ctx;  // shared_ptr: the context is not const here
   p.setEvaluations(record.evaluated());
   p.setBudgetEvals(c.settings().getBudgetEvals());
   double best = record.best_time_us();

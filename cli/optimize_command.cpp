@@ -11,7 +11,6 @@
 #include "cli/progress_line.hpp"
 #include "cli/task_session.hpp"
 #include "config/brain_config.hpp"
-#include "config/chip_loader.hpp"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
@@ -101,13 +100,9 @@ int run_optimize(const optimize_options& opts) {
     return code;
   auto& session = *task.session;
   auto spec = task.spec();
-  std::string chip_name = opts.chip.empty() ? spec.getChip().cStr() : opts.chip;
-  config::chip chip;
-  config::spec_error chip_err;
-  if (!config::load_chip(chip_name, chip, chip_err)) {
-    std::cerr << "error: chip: " << chip_err.what() << "\n";
-    return 2;
-  }
+  std::string chip_name;
+  if (int code = task_chip(opts.chip, spec, chip_name))
+    return code;
   std::optional<messages::decoded_message> graph_msg;
   if (int code = analyze_reference(session, spec, graph_msg))
     return code;
@@ -198,14 +193,9 @@ int run_optimize(const optimize_options& opts) {
     // The search alone, as a one-file database beside the kernel.
     auto graph = search::search_graph::open(graph_path, error);
     bool resumed = false;
-    search::search_header header;
-    header.key = actors::search_key(spec, req.getSettings().asReader());
-    header.task = spec.getName().cStr();
-    header.mode = opts.mode;
-    header.chip = chip_name;
-    header.spec_bytes = messages::encode_root(spec);
-    header.settings_bytes = messages::encode_root(req.getSettings().asReader());
-    if (!graph || !graph->begin(header, true, resumed, error) ||
+    if (!graph ||
+        !graph->begin(actors::search_header_for(spec, req.getSettings().asReader()), true,
+                      resumed, error) ||
         !graph->copy_to((fs::path(opts.out) / "search.sqlite").string(), error)) {
       std::cerr << "error: search.sqlite: " << error << "\n";
       return 3;

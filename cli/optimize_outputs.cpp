@@ -129,8 +129,8 @@ std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult:
 }
 
 std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
-                        const optimize_outcome& o, const json& summary, const best_choice& b) {
-  std::string dot = search::graph_dot(vertex_bytes(result), o.reference_us, result.getBest());
+                        const optimize_outcome& o, const json& summary, const best_choice& b,
+                        const std::string& dot) {
   std::string svg, svg_error;
   std::string graph_part = search::dot_to_svg(dot, svg, svg_error)
                              ? svg.substr(std::min(svg.find("<svg"), svg.size()))
@@ -319,13 +319,14 @@ bool write_optimize_outputs(const std::string& dir, schema::KernelSpec::Reader s
                             const json& summary, std::string& error) {
   auto b = choose(result, o.reference_us);
   auto bytes = vertex_bytes(result);
+  // One DOT text for graph.dot and the report's SVG.
+  std::string dot = search::graph_dot(bytes, o.reference_us, result.getBest());
   auto path = [&](const char* name) { return (fs::path(dir) / name).string(); };
   return write_output(path("kernel.py"), kernel_file(spec, result, o, b), error) &&
          write_output(path("result.json"), summary.dump(2) + "\n", error) &&
          write_output(path("graph.json"), search::graph_json(bytes, o.reference_us), error) &&
-         write_output(path("graph.dot"), search::graph_dot(bytes, o.reference_us, result.getBest()),
-                      error) &&
-         write_output(path("report.html"), report_html(spec, result, o, summary, b), error);
+         write_output(path("graph.dot"), dot, error) &&
+         write_output(path("report.html"), report_html(spec, result, o, summary, b, dot), error);
 }
 
 }  // namespace maxkernel::cli

@@ -6,7 +6,6 @@
 #include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
 #include "cli/task_session.hpp"
-#include "config/chip_loader.hpp"
 #include "maxkernel/schema/common.capnp.h"
 #include "maxkernel/schema/worker.capnp.h"
 #include "messages/capnp_io.hpp"
@@ -139,13 +138,9 @@ int run_propose(const propose_options& opts) {
     return code;
   auto& session = *task.session;
   auto spec = task.spec();
-  std::string chip_name = opts.chip.empty() ? spec.getChip().cStr() : opts.chip;
-  config::chip chip;
-  config::spec_error chip_err;
-  if (!config::load_chip(chip_name, chip, chip_err)) {
-    std::cerr << "error: chip: " << chip_err.what() << "\n";
-    return 2;
-  }
+  std::string chip_name;
+  if (int code = task_chip(opts.chip, spec, chip_name))
+    return code;
   auto timeout = std::chrono::seconds(static_cast<long>(opts.deadline_seconds) + 60);
 
   // The reference's analyze summary: what the brains match and reason on.

@@ -1,5 +1,7 @@
 #include "cli/task_session.hpp"
 
+#include "config/chip_loader.hpp"
+
 #include <iostream>
 
 namespace maxkernel::cli {
@@ -50,6 +52,17 @@ int open_task_session(const std::string& spec_path, spec_kind kind, const sessio
   if (!out.spec_message) {
     std::cerr << "error: " << error << "\n";
     return 3;
+  }
+  return 0;
+}
+
+int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name) {
+  chip_name = flag.empty() ? spec.getChip().cStr() : flag;
+  config::chip chip;
+  config::spec_error error;
+  if (!config::load_chip(chip_name, chip, error)) {
+    std::cerr << "error: chip: " << error.what() << "\n";
+    return 2;
   }
   return 0;
 }

@@ -32,6 +32,10 @@ struct task_session {
   schema::KernelSpec::Reader spec() { return spec_message->root<schema::KernelSpec>(); }
 };
 
+// The chip a command targets: `flag` (--chip), else the spec's; 0 once its chip file loads,
+// else 2 after printing why.
+int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name);
+
 // Returns 0, or the exit code after printing the error to stderr.
 int open_task_session(const std::string& spec_path, spec_kind kind, const session_flags& flags,
                       task_session& out);

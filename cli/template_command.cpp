@@ -2,6 +2,7 @@
 
 #include "agents/expert/playbook.hpp"
 #include "agents/expert/template_registry.hpp"
+#include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
 #include "cli/task_session.hpp"
 #include "config/chip_loader.hpp"
@@ -53,21 +54,9 @@ int run_template(const template_options& opts) {
     std::cerr << "error: --chip: " << chip_err.what() << "\n";
     return 2;
   }
-  capnp::MallocMessageBuilder req;
-  auto a = req.initRoot<schema::AnalyzeRequest>();
-  a.setSpec(spec);
-  a.setConfiguration(0);
-  auto answer = task.session->analyze(messages::encode(req));
-  if (answer.exit_code != 0) {
-    std::cerr << "error: analyze: " << answer.error << "\n";
-    return answer.exit_code;
-  }
-  auto graph_msg = messages::decode<schema::DataflowGraph>(answer.bytes, error);
-  if (!graph_msg) {
-    std::cerr << "error: analyze: " << error << "\n";
-    return 3;
-  }
-  graph_msg->allow_rereading();  // matchers walk the graph many times
+  std::optional<messages::decoded_message> graph_msg;  // readable many times (matchers)
+  if (int code = analyze_reference(*task.session, spec, graph_msg))
+    return code;
   ex::graph_view graph(graph_msg->root<schema::DataflowGraph>());
   auto matches = ex::match_templates(graph, spec);
   nlohmann::json out = {{"task", spec.getName().cStr()}, {"chip", chip_name},

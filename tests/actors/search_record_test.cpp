@@ -162,18 +162,17 @@ TEST(SearchRecord, WritesThroughAndResumesFromTheGraphFile) {
   temp_dir dir;
   auto path = dir.file("graphs.sqlite");
   settings_msg s;
-  auto key = actors::search_key(s.spec(), s.settings());
   std::string error;
   {
     actors::search_record r;
-    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    ASSERT_TRUE(r.open(path, s.spec(), s.settings(), false, error)) << error;
     EXPECT_FALSE(r.resumed());
     put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
     put(r, {1, 0, schema::VertexState::PENDING, false, 0.0, "b"});
   }
   {
     actors::search_record r;
-    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), true, error)) << error;
+    ASSERT_TRUE(r.open(path, s.spec(), s.settings(), true, error)) << error;
     EXPECT_TRUE(r.resumed());
     ASSERT_EQ(r.size(), 2u);
     EXPECT_EQ(r.vertex(1).getState(), schema::VertexState::PENDING);
@@ -182,7 +181,7 @@ TEST(SearchRecord, WritesThroughAndResumesFromTheGraphFile) {
   {
     // Without resume the search of that key starts over.
     actors::search_record r;
-    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    ASSERT_TRUE(r.open(path, s.spec(), s.settings(), false, error)) << error;
     EXPECT_FALSE(r.resumed());
     EXPECT_EQ(r.size(), 0u);
   }
@@ -277,11 +276,10 @@ TEST(SearchRecord, ARoundIsRecordedWholeOrNotAtAll) {
   temp_dir dir;
   auto path = dir.file("graphs.sqlite");
   settings_msg s;
-  auto key = actors::search_key(s.spec(), s.settings());
   std::string error;
   {
     actors::search_record r;
-    ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), false, error)) << error;
+    ASSERT_TRUE(r.open(path, s.spec(), s.settings(), false, error)) << error;
     put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a"});
     // The third child names a parent that does not exist yet: the round is refused whole.
     std::vector<std::string> round = {vertex({1, 0, schema::VertexState::PENDING, false, 0, "b"}),
@@ -295,7 +293,7 @@ TEST(SearchRecord, ARoundIsRecordedWholeOrNotAtAll) {
     ASSERT_TRUE(r.mark_exhausted(0, error)) << error;
   }
   actors::search_record r;
-  ASSERT_TRUE(r.open(path, key, "task", s.settings(), s.spec(), true, error)) << error;
+  ASSERT_TRUE(r.open(path, s.spec(), s.settings(), true, error)) << error;
   ASSERT_EQ(r.size(), 3u);
   EXPECT_TRUE(r.vertex(0).getExhausted());
   EXPECT_DOUBLE_EQ(r.vertex(0).getTimeUs(), 10.0);
