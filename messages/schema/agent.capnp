@@ -116,6 +116,7 @@ struct PlannerRequest {
   seed @6 :UInt64;
   parentId @7 :Text;              # expand this candidate of the history (the graph search's
                                   # frontier vertex); "" = the best correct one
+  guidance @8 :List(Text);        # hitl: the operator's feedback and hints, oldest first
 }
 
 struct ImplementRequest {

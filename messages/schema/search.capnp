@@ -27,6 +27,9 @@ struct SearchSettings {
   branching @9 :UInt32;        # graph: children asked of the planner per vertex
   policy @10 :Text;            # graph: beam | bandit
   deadlineMs @11 :UInt32;      # per evaluation request; 0: the node's default
+  operatorTimeoutSeconds @12 :Float64;  # hitl: how long a proposal waits for a decision;
+                               # 0: forever
+  onTimeout @13 :Text;         # hitl: wait (ask again) | approve | stop
 }
 
 struct OptimizeRequest {
@@ -69,6 +72,10 @@ struct Vertex {
   attemptFailures @19 :List(Text);  # the failure class of each failed evaluation of its
                                     # lineage (repairs and tester cases), in order
   exhausted @20 :Bool;         # graph: the planner had no new move from it (never expanded again)
+  decision @21 :Text;          # hitl: awaiting | approved | rejected | edited | replaced;
+                               # "" in auto and graph. Only "" and approved vertices can be
+                               # the best or a plan's parent.
+  feedback @22 :Text;          # hitl: the operator's feedback or hint on it
 }
 
 struct FailureCount {
