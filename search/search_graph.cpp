@@ -65,6 +65,17 @@ CREATE TABLE IF NOT EXISTS edges(
   PRIMARY KEY (search_key, child));
 )sql";
 
+// hitl's transcript (TranscriptEntry bytes in order). Added to version 1 files as they open:
+// a file without it is an older file of the same version, not another format.
+constexpr const char* transcript_sql = R"sql(
+CREATE TABLE IF NOT EXISTS transcript(
+  search_key TEXT NOT NULL REFERENCES searches(key) ON DELETE CASCADE,
+  n INTEGER NOT NULL,
+  at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  bytes BLOB NOT NULL,
+  PRIMARY KEY (search_key, n));
+)sql";
+
 constexpr const char* vertex_columns =
     "search_key, idx, parent, strategy, round, state, correct, time_us, candidate_id, template, "
     "failure_class, bytes";
@@ -125,10 +136,12 @@ struct search_graph::db {
   sqlite3_stmt* drop_edge = nullptr;
   sqlite3_stmt* touch = nullptr;
   sqlite3_stmt* list = nullptr;
+  sqlite3_stmt* append_entry = nullptr;
+  sqlite3_stmt* list_entries = nullptr;
   std::mutex mutex;  // one connection, used by one thread at a time
 
   ~db() {
-    for (auto* st : {put_vertex, put_edge, drop_edge, touch, list})
+    for (auto* st : {put_vertex, put_edge, drop_edge, touch, list, append_entry, list_entries})
       sqlite3_finalize(st);
     sqlite3_close(handle);
   }
@@ -281,7 +294,7 @@ struct search_graph::db {
                   ") cannot migrate";
           return false;
         }
-        return true;
+        return exec(transcript_sql, error);
       }
       if (rc != SQLITE_DONE) {
         error = message(handle, rc);
@@ -293,8 +306,8 @@ struct search_graph::db {
     std::string insert_meta = "INSERT INTO meta(component, schema_version) VALUES ('" +
                               std::string(component) + "', " + std::to_string(schema_version) +
                               ")";
-    return exec(create_sql, error) && exec(set_id.c_str(), error) &&
-           exec(insert_meta.c_str(), error);
+    return exec(create_sql, error) && exec(transcript_sql, error) &&
+           exec(set_id.c_str(), error) && exec(insert_meta.c_str(), error);
   }
 };
 
@@ -357,7 +370,12 @@ std::unique_ptr<search_graph> search_graph::open(const std::string& path, std::s
       !d->prepare("DELETE FROM edges WHERE search_key = ? AND child = ?", d->drop_edge, why) ||
       !d->prepare("UPDATE searches SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
                   "WHERE key = ?", d->touch, why) ||
-      !d->prepare("SELECT bytes FROM vertices WHERE search_key = ? ORDER BY idx", d->list, why))
+      !d->prepare("SELECT bytes FROM vertices WHERE search_key = ? ORDER BY idx", d->list, why) ||
+      !d->prepare("INSERT INTO transcript(search_key, n, bytes) SELECT ?1, "
+                  "coalesce(max(n) + 1, 0), ?2 FROM transcript WHERE search_key = ?1",
+                  d->append_entry, why) ||
+      !d->prepare("SELECT bytes FROM transcript WHERE search_key = ? ORDER BY n", d->list_entries,
+                  why))
     return fail(why);
   return std::unique_ptr<search_graph>(new search_graph(std::move(d), path));
 }
@@ -438,6 +456,7 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
         "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE key = ?1", true);
   } else {
     if (exists) {
+      run("DELETE FROM transcript WHERE search_key = ?1", false);
       run("DELETE FROM edges WHERE search_key = ?1", false);
       run("DELETE FROM vertices WHERE search_key = ?1", false);
       run("DELETE FROM searches WHERE key = ?1", false);
@@ -551,14 +570,40 @@ bool search_graph::put_vertices(const std::vector<std::string>& all, std::string
   return true;
 }
 
+bool search_graph::append_transcript(const std::string& entry_bytes, std::string& error) {
+  if (key_.empty()) {
+    error = path_ + ": cannot write the transcript before a search is begun";
+    return false;
+  }
+  std::lock_guard lock(db_->mutex);
+  sqlite3_stmt* st = db_->append_entry;
+  sqlite3_bind_text(st, 1, key_.data(), static_cast<int>(key_.size()), SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, entry_bytes.data(), static_cast<int>(entry_bytes.size()),
+                    SQLITE_STATIC);
+  std::string why;
+  if (!db_->run(st, why)) {
+    error = path_ + ": search " + key_ + ": cannot write the transcript: " + why;
+    return false;
+  }
+  return true;
+}
+
 std::vector<std::string> search_graph::vertices(std::string& error) const {
+  return rows(db_->list, "vertices", error);
+}
+
+std::vector<std::string> search_graph::transcript(std::string& error) const {
+  return rows(db_->list_entries, "the transcript", error);
+}
+
+std::vector<std::string> search_graph::rows(sqlite3_stmt* st, const char* what,
+                                            std::string& error) const {
   std::vector<std::string> out;
   if (key_.empty()) {
-    error = path_ + ": cannot list vertices before a search is begun";
+    error = path_ + ": cannot list " + what + " before a search is begun";
     return out;
   }
   std::lock_guard lock(db_->mutex);
-  sqlite3_stmt* st = db_->list;
   sqlite3_bind_text(st, 1, key_.data(), static_cast<int>(key_.size()), SQLITE_STATIC);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -566,7 +611,8 @@ std::vector<std::string> search_graph::vertices(std::string& error) const {
     out.emplace_back(bytes ? bytes : "", static_cast<size_t>(sqlite3_column_bytes(st, 0)));
   }
   if (rc != SQLITE_DONE) {
-    error = path_ + ": search " + key_ + ": cannot list vertices: " + message(db_->handle, rc);
+    error = path_ + ": search " + key_ + ": cannot list " + what + ": " +
+            message(db_->handle, rc);
     out.clear();
   }
   // Reset at once: a statement left open would hold a read snapshot of the WAL.
@@ -623,7 +669,8 @@ bool search_graph::copy_to(const std::string& out_path, std::string& error) cons
   for (auto [table, columns, key_column] :
        {std::tuple{"searches", search_columns, "key"},
         std::tuple{"vertices", vertex_columns, "search_key"},
-        std::tuple{"edges", "search_key, parent, child, strategy", "search_key"}}) {
+        std::tuple{"edges", "search_key, parent, child, strategy", "search_key"},
+        std::tuple{"transcript", "search_key, n, at, bytes", "search_key"}}) {
     if (!ok)
       break;
     std::string sql = std::string("INSERT INTO out_copy.") + table + "(" + columns + ") SELECT " +

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+struct sqlite3_stmt;
+
 namespace maxkernel::search {
 
 // What identifies and describes a search.
@@ -44,6 +46,11 @@ public:
   bool put_vertices(const std::vector<std::string>& vertex_bytes, std::string& error);
   // The current search's vertices (Vertex bytes), index order.
   std::vector<std::string> vertices(std::string& error) const;
+  // Appends one entry (TranscriptEntry bytes, hitl's proposals and decisions) to the current
+  // search's transcript; durable when it returns. A search begun anew starts an empty one.
+  bool append_transcript(const std::string& entry_bytes, std::string& error);
+  // The current search's transcript, in the order it was written.
+  std::vector<std::string> transcript(std::string& error) const;
   // Writes a self-contained database holding only the current search (`--out
   // DIR/search.sqlite`) to out_path, replacing what was there. The copy opens as a
   // search_graph; it is left in rollback-journal mode so that it is one file.
@@ -59,6 +66,9 @@ public:
 private:
   struct db;
   search_graph(std::unique_ptr<db> d, std::string path);
+  // The blobs a one-parameter (search key) SELECT gives, in order.
+  std::vector<std::string> rows(sqlite3_stmt* st, const char* what,
+                                std::string& error) const;
   std::unique_ptr<db> db_;
   std::string path_;
   std::string key_;

@@ -409,6 +409,51 @@ TEST(SearchGraph, CopyHoldsOnlyTheCurrentSearch) {
   put_ok(*g, make_vertex(3, 2));
 }
 
+// hitl's transcript: entries in order per search, kept on resume, dropped when the search is
+// begun anew, in the --out copy, and added to a file written before the table existed.
+TEST(SearchGraph, TranscriptEntriesStayWithTheirSearch) {
+  temp_dir dir;
+  std::string path = dir.file("graphs.sqlite");
+  std::string error;
+  {
+    auto g = open_ok(path);
+    ASSERT_TRUE(g);
+    EXPECT_FALSE(g->append_transcript("early", error));
+    EXPECT_NE(error.find("before a search is begun"), std::string::npos) << error;
+    error.clear();
+    begin_ok(*g, make_header("k1"), false, false);
+    ASSERT_TRUE(g->append_transcript("proposal 1", error)) << error;
+    ASSERT_TRUE(g->append_transcript(std::string("decision\0 1", 12), error)) << error;
+    begin_ok(*g, make_header("k2"), false, false);
+    ASSERT_TRUE(g->append_transcript("other search", error)) << error;
+  }
+  {
+    auto g = open_ok(path);
+    ASSERT_TRUE(g);
+    begin_ok(*g, make_header("k1"), true, true);
+    auto entries = g->transcript(error);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(entries, (std::vector<std::string>{"proposal 1", std::string("decision\0 1", 12)}));
+    ASSERT_TRUE(g->append_transcript("proposal 2", error)) << error;
+    EXPECT_EQ(g->transcript(error).size(), 3u);
+    std::string out = dir.file("out/search.sqlite");
+    ASSERT_TRUE(g->copy_to(out, error)) << error;
+    EXPECT_EQ(raw_rows(out, "SELECT search_key, n FROM transcript ORDER BY n"),
+              "k1|0;k1|1;k1|2");
+    begin_ok(*g, make_header("k1"), false, false);
+    EXPECT_TRUE(g->transcript(error).empty());
+    EXPECT_EQ(raw_rows(path, "SELECT search_key FROM transcript"), "k2");
+  }
+  // A version 1 file from before the transcript: opening it adds the table.
+  raw_exec(path, "DROP TABLE transcript");
+  auto g = open_ok(path);
+  ASSERT_TRUE(g);
+  begin_ok(*g, make_header("k2"), true, true);
+  EXPECT_TRUE(g->transcript(error).empty());
+  ASSERT_TRUE(g->append_transcript("after", error)) << error;
+  EXPECT_EQ(g->transcript(error), std::vector<std::string>{"after"});
+}
+
 TEST(SearchGraph, CopyRefusesItsOwnFileAndNeedsASearch) {
   temp_dir dir;
   std::string path = dir.file("graphs.sqlite");
