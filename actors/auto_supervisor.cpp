@@ -59,8 +59,13 @@ void iterate(supervisor_self self) {
     [self, run](std::shared_ptr<messages::decoded_message> plan) {
       if (!current(self, run))
         return;
-      if (plan->root<schema::Plan>().getSteps().size() == 0)
+      auto p = plan->root<schema::Plan>();
+      if (p.getSteps().size() == 0) {
+        // "No template applies" and the like: the operator of the command should read why.
+        if (p.getMessage().size())
+          report(self, "planner: " + std::string(p.getMessage().cStr()));
         return finish(self, "exhausted");
+      }
       auto taken = std::make_shared<std::vector<std::string>>();
       auto impl = std::make_shared<step_implementer<supervisor_impl>>(
         self, run, plan, taken, 1,

@@ -31,6 +31,7 @@ struct lineage_start {
   std::string strategy;
   std::string rationale;
   std::string candidate;  // Candidate bytes
+  std::string expected_effect = {};
 };
 
 // The Vertex bytes, or an error of the infrastructure (a node or role that cannot answer):
@@ -276,6 +277,7 @@ private:
     v.setStrategy(start_.strategy);
     v.setRound(start_.round);
     v.setRationale(start_.rationale);
+    v.setExpectedEffect(start_.expected_effect);
   }
 
   void finish(bool correct) {

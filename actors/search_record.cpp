@@ -17,6 +17,7 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
                          schema::SearchSettings::Reader settings, bool resume,
                          std::string& error) {
   vertices_.clear();
+  transcript_.clear();
   resumed_ = false;
   if (graph_path.empty())
     return true;
@@ -44,6 +45,14 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
     }
     vertices_.push_back(std::move(*msg));
   }
+  transcript_ = graph_->transcript(error);
+  return error.empty();
+}
+
+bool search_record::append_transcript(const std::string& entry, std::string& error) {
+  if (graph_ && !graph_->append_transcript(entry, error))
+    return false;
+  transcript_.push_back(entry);
   return true;
 }
 
@@ -103,7 +112,8 @@ int search_record::best() const {
   double best_us = 0;
   for (size_t i = 0; i < vertices_.size(); ++i) {
     auto v = vertex(i);
-    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0)
+    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() ||
+        v.getTimeUs() <= 0 || !accepted(v))
       continue;
     if (best < 0 || v.getTimeUs() < best_us) {
       best = static_cast<int>(i);
@@ -136,14 +146,28 @@ void search_record::fill_history(schema::PlannerRequest::Builder request) const 
     auto h = history[k];
     h.setCandidate(v.getCandidate());
     h.setResult(v.getResult());
-    // A lineage the tester failed passed the node's own test: the planner must not take it
-    // for a correct parent.
-    if (!v.getCorrect())
+    // A lineage the tester failed passed the node's own test, and one the operator did not
+    // accept may be correct: the planner must take neither for a parent.
+    if (!v.getCorrect() || !accepted(v))
       h.getResult().setCorrect(false);
     h.setHasDiagnosis(v.getHasDiagnosis());
     if (v.getHasDiagnosis())
       h.setDiagnosis(v.getDiagnosis());
   }
+  std::vector<std::string> guidance;
+  for (size_t i = 0; i < vertices_.size(); ++i) {
+    auto v = vertex(i);
+    if (v.getFeedback().size() == 0)
+      continue;
+    guidance.push_back(v.getDecision() == "approved"
+                         ? std::string(v.getFeedback().cStr())
+                         : fmt::format("the operator {} vertex {} ({}): {}",
+                                       v.getDecision().cStr(), v.getIndex(),
+                                       v.getStrategy().cStr(), v.getFeedback().cStr()));
+  }
+  auto g = request.initGuidance(static_cast<unsigned>(guidance.size()));
+  for (unsigned k = 0; k < guidance.size(); ++k)
+    g.set(k, guidance[k]);
 }
 
 void search_record::add_usage(schema::Usage::Reader u) {
@@ -175,7 +199,7 @@ std::string search_record::result_bytes(const std::string& stop_reason, unsigned
       continue;
     ++candidates;
     if (v.getState() == schema::VertexState::EVALUATED && v.getCorrect() && v.getTimeUs() > 0 &&
-        (best_us == 0 || v.getTimeUs() < best_us))
+        accepted(v) && (best_us == 0 || v.getTimeUs() < best_us))
       best_us = v.getTimeUs();
     curve.push_back(best_us);
   }
@@ -197,7 +221,15 @@ std::string search_record::result_bytes(const std::string& stop_reason, unsigned
   auto c = r.initBestPerEvaluation(static_cast<unsigned>(curve.size()));
   for (unsigned i = 0; i < curve.size(); ++i)
     c.set(i, curve[i]);
+  auto t = r.initTranscript(static_cast<unsigned>(transcript_.size()));
+  for (unsigned i = 0; i < transcript_.size(); ++i)
+    t.set(i, capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(transcript_[i].data()),
+                                 transcript_[i].size()));
   return messages::encode(msg);
+}
+
+bool accepted(schema::Vertex::Reader v) {
+  return v.getDecision().size() == 0 || v.getDecision() == "approved";
 }
 
 std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::Reader s) {

@@ -53,8 +53,15 @@ public:
   // Candidates evaluated (vertices no longer pending).
   unsigned evaluated() const;
 
-  // The planner's history: every evaluated vertex's candidate, result and diagnosis.
+  // The planner's history: every evaluated vertex's candidate, result and diagnosis (one the
+  // operator did not accept marked incorrect, so that it is no parent), and the operator's
+  // feedback and hints as guidance.
   void fill_history(schema::PlannerRequest::Builder request) const;
+
+  // hitl's transcript (TranscriptEntry bytes): appended and written through; a resumed
+  // search's is loaded with it.
+  bool append_transcript(const std::string& entry, std::string& error);
+  const std::vector<std::string>& transcript() const { return transcript_; }
 
   void add_usage(schema::Usage::Reader u);
 
@@ -63,10 +70,15 @@ public:
 
 private:
   std::vector<messages::decoded_message> vertices_;
+  std::vector<std::string> transcript_;
   std::unique_ptr<search::search_graph> graph_;
   bool resumed_ = false;
   capnp::MallocMessageBuilder usage_;
 };
+
+// Whether a vertex may be the best or a plan's parent: everything in auto and graph; in hitl
+// what the operator (or auto, when handed over) approved.
+bool accepted(schema::Vertex::Reader v);
 
 // The key a search is persisted under: the spec, chip, mode, seed and the graph policy
 // settings (not the budgets: a resumed search may be given more).

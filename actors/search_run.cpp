@@ -3,6 +3,7 @@
 #include <capnp/message.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 
 namespace maxkernel::actors {
@@ -19,8 +20,21 @@ bool search_run::open(const std::string& request_bytes, std::string& error) {
     error = "OptimizeRequest.settings.chip is empty";
     return false;
   }
-  if (s.getBudgetEvals() == 0 && s.getBudgetSeconds() <= 0 && s.getPatience() == 0) {
+  // hitl ends when the operator says stop; the other modes need a rule.
+  if (s.getMode() != "hitl" && s.getBudgetEvals() == 0 && s.getBudgetSeconds() <= 0 &&
+      s.getPatience() == 0) {
     error = "the search has no end: give an evaluation budget, a time budget or a patience";
+    return false;
+  }
+  std::string on_timeout = s.getOnTimeout().cStr();
+  if (!on_timeout.empty() && on_timeout != "wait" && on_timeout != "approve" &&
+      on_timeout != "stop") {
+    error = "OptimizeRequest.settings.onTimeout is '" + on_timeout +
+            "': wait, approve or stop";
+    return false;
+  }
+  if (!std::isfinite(s.getOperatorTimeoutSeconds()) || s.getOperatorTimeoutSeconds() < 0) {
+    error = "OptimizeRequest.settings.operatorTimeoutSeconds must be a number of seconds >= 0";
     return false;
   }
   auto spec = ctx->spec();

@@ -6,6 +6,7 @@
 
 #include "actors/search_run.hpp"
 #include "messages/agent_pool.hpp"
+#include "messages/operator_actor.hpp"
 #include "messages/supervisor_actor.hpp"
 
 #include <caf/stateful_actor.hpp>
@@ -25,6 +26,8 @@ struct supervisor_state {
   std::shared_ptr<search_run> run;  // the search under way; null when idle
   caf::typed_response_promise<messages::payload> promise;
   unsigned round = 0;               // auto: iteration; graph: round
+  messages::operator_actor op;      // hitl: the operator gateway
+  unsigned auto_steps = 0;          // hitl: proposals auto still decides (handed over)
   static inline const char* name = "supervisor";
 };
 

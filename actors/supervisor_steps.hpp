@@ -25,6 +25,7 @@ struct implemented_step {
   int parent = -1;         // vertex index
   std::string strategy;
   std::string rationale;
+  std::string expected_effect;
 };
 
 // TesterRequest -> the run's TestPlan (ctx->plan), then `next`; an error to `fail`.
@@ -149,7 +150,7 @@ private:
             std::string strategy = c.getStrategy().size() ? c.getStrategy().cStr()
                                                            : step.getMove().cStr();
             me->found_.push_back({messages::encode_root(c), parent, strategy,
-                                  step.getRationale().cStr()});
+                                  step.getRationale().cStr(), step.getExpectedEffect().cStr()});
           }
           me->next(i + 1);
         },

@@ -76,6 +76,7 @@ struct Vertex {
                                # "" in auto and graph. Only "" and approved vertices can be
                                # the best or a plan's parent.
   feedback @22 :Text;          # hitl: the operator's feedback or hint on it
+  expectedEffect @23 :Text;    # the planner's expected effect of the step
 }
 
 struct FailureCount {
@@ -106,4 +107,5 @@ struct OptimizeResult {
   rounds @9 :UInt32;
   resumed @10 :Bool;           # it continued a search found in graphPath
   bestPerEvaluation @11 :List(Float64);  # best correct time after each candidate (0: none yet)
+  transcript @12 :List(Data);  # hitl: TranscriptEntry bytes (operator.capnp), in order
 }

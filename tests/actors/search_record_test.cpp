@@ -22,6 +22,8 @@ struct vertex_args {
   std::string id;
   std::vector<std::string> failures = {};
   unsigned evaluations = 1, hits = 0;
+  std::string decision = {};  // hitl
+  std::string feedback = {};
 };
 
 std::string vertex(const vertex_args& a) {
@@ -46,6 +48,8 @@ std::string vertex(const vertex_args& a) {
   }
   v.setEvaluations(a.evaluations);
   v.setCacheHits(a.hits);
+  v.setDecision(a.decision);
+  v.setFeedback(a.feedback);
   auto f = v.initAttemptFailures(static_cast<unsigned>(a.failures.size()));
   for (unsigned i = 0; i < a.failures.size(); ++i)
     f.set(i, a.failures[i]);
@@ -127,6 +131,43 @@ TEST(SearchRecord, HistoryLeavesPendingOutAndMarksTesterFailuresIncorrect) {
   EXPECT_TRUE(h[0].getResult().getCorrect());
   EXPECT_EQ(std::string(h[1].getCandidate().getId().cStr()), "b");
   EXPECT_FALSE(h[1].getResult().getCorrect());
+}
+
+// hitl: only what the operator approved can be the best or a parent; feedback and hints
+// reach the planner as guidance; the transcript goes into the result.
+TEST(SearchRecord, OnlyAcceptedVerticesCountAndTheOperatorGuides) {
+  actors::search_record r;
+  put(r, {0, -1, schema::VertexState::EVALUATED, true, 10.0, "a", {}, 1, 0, "approved", "use bf16"});
+  put(r, {1, 0, schema::VertexState::EVALUATED, true, 5.0, "b", {}, 1, 0, "rejected", "too risky"});
+  put(r, {2, 0, schema::VertexState::EVALUATED, true, 4.0, "c", {}, 1, 0, "awaiting"});
+  put(r, {3, 0, schema::VertexState::EVALUATED, true, 3.0, "d", {}, 1, 0, "edited"});
+  put(r, {4, 0, schema::VertexState::EVALUATED, true, 9.0, "e", {}, 1, 0, "approved"});
+  EXPECT_EQ(r.best(), 4);
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::PlannerRequest>();
+  r.fill_history(req);
+  auto h = req.getHistory();
+  ASSERT_EQ(h.size(), 5u);
+  EXPECT_TRUE(h[0].getResult().getCorrect());
+  EXPECT_FALSE(h[1].getResult().getCorrect());
+  EXPECT_FALSE(h[2].getResult().getCorrect());
+  EXPECT_FALSE(h[3].getResult().getCorrect());
+  EXPECT_TRUE(h[4].getResult().getCorrect());
+  auto g = req.getGuidance();
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(std::string(g[0].cStr()), "use bf16");
+  EXPECT_EQ(std::string(g[1].cStr()), "the operator rejected vertex 1 (growBlock): too risky");
+  std::string error;
+  ASSERT_TRUE(r.append_transcript("entry-1", error)) << error;
+  std::optional<messages::decoded_message> m;
+  auto res = result_of(m, r.result_bytes("operator", 5));
+  EXPECT_EQ(res.getBest(), 4);
+  ASSERT_EQ(res.getTranscript().size(), 1u);
+  EXPECT_EQ(res.getTranscript()[0].size(), 7u);
+  // The curve follows the accepted best only: 10, 10, 10, 10, 9.
+  ASSERT_EQ(res.getBestPerEvaluation().size(), 5u);
+  EXPECT_DOUBLE_EQ(res.getBestPerEvaluation()[3], 10.0);
+  EXPECT_DOUBLE_EQ(res.getBestPerEvaluation()[4], 9.0);
 }
 
 TEST(SearchRecord, ResultTalliesAndTheBestCurve) {

@@ -1,0 +1,463 @@
+#include "actors/hitl_supervisor.hpp"
+
+#include "actors/kernel_diff.hpp"
+#include "actors/lineage.hpp"
+#include "actors/supervisor_state.hpp"
+#include "actors/supervisor_steps.hpp"
+#include "maxkernel/schema/operator.capnp.h"
+#include "messages/content_hash.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/sec.hpp>
+
+#include <chrono>
+#include <cmath>
+
+namespace maxkernel::actors {
+
+namespace {
+
+using messages::payload;
+using schema::DecisionKind;
+
+void iterate(supervisor_self self);
+void propose(supervisor_self self, unsigned index);
+
+int64_t now_unix_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// Appends one transcript entry (`fill` sets its union), written through; false after the
+// search was aborted for it.
+template <class Fill>
+bool transcribe(supervisor_self self, unsigned seq, Fill fill) {
+  capnp::MallocMessageBuilder msg;
+  auto e = msg.initRoot<schema::TranscriptEntry>();
+  e.setSeq(seq);
+  e.setTimeUnixMs(now_unix_ms());
+  fill(e);
+  std::string error;
+  if (!self->state.run->record.append_transcript(messages::encode(msg), error)) {
+    abort_search(self, messages::make_error(messages::error_code::internal,
+                                            "transcript: " + error));
+    return false;
+  }
+  return true;
+}
+
+// An OperatorEvent to every attached shell.
+template <class Fill>
+void tell(supervisor_self self, Fill fill) {
+  capnp::MallocMessageBuilder msg;
+  auto e = msg.initRoot<schema::OperatorEvent>();
+  e.setSchemaVersion(schema::SCHEMA_VERSION);
+  fill(e);
+  self->send(self->state.op, messages::notify_atom::value,
+             messages::make_payload<schema::OperatorEvent>(msg));
+}
+
+void notice(supervisor_self self, const std::string& text) {
+  report(self, text);
+  tell(self, [&](schema::OperatorEvent::Builder e) { e.setNotice(text); });
+}
+
+unsigned proposals_made(const search_record& record) {
+  unsigned n = 0;
+  for (const auto& bytes : record.transcript()) {
+    std::string error;
+    auto e = messages::decode<schema::TranscriptEntry>(bytes, error);
+    n += e && e->root<schema::TranscriptEntry>().isProposal() ? 1 : 0;
+  }
+  return n;
+}
+
+// A decision the supervisor takes itself (auto when handed over, the timeout policy).
+messages::decoded_message own_decision(unsigned seq, DecisionKind kind, const std::string& who,
+                                       const std::string& why) {
+  capnp::MallocMessageBuilder msg;
+  auto d = msg.initRoot<schema::Decision>();
+  d.setSchemaVersion(schema::SCHEMA_VERSION);
+  d.setSeq(seq);
+  d.setKind(kind);
+  d.setOperator(who);
+  d.setText(why);
+  std::string error;
+  auto decoded = messages::decode<schema::Decision>(messages::encode(msg), error);
+  decoded->allow_rereading();
+  return std::move(*decoded);
+}
+
+const char* kind_name(DecisionKind k) {
+  switch (k) {
+    case DecisionKind::APPROVE: return "approve";
+    case DecisionKind::REJECT: return "reject";
+    case DecisionKind::EDIT: return "edit";
+    case DecisionKind::HINT: return "hint";
+    case DecisionKind::TAKE_OVER: return "take over";
+    case DecisionKind::HAND_OVER: return "hand over";
+    case DecisionKind::STOP: return "stop";
+  }
+  return "unknown";
+}
+
+// The shells learn that the search ended (or could not go on), then the request is answered.
+void end(supervisor_self self, const std::string& reason) {
+  auto& record = self->state.run->record;
+  int best = record.best();
+  std::string text =
+    best < 0 ? fmt::format("stopped: {}; no accepted correct kernel", reason)
+             : fmt::format("stopped: {}; best vertex {} at {:.2f} us", reason, best,
+                           record.vertex(static_cast<size_t>(best)).getTimeUs());
+  if (!transcribe(self, proposals_made(record),
+                  [&](schema::TranscriptEntry::Builder e) { e.setNote(text); }))
+    return;
+  tell(self, [&](schema::OperatorEvent::Builder e) { e.setEnded(text); });
+  finish(self, reason);
+}
+
+void fail_search(supervisor_self self, caf::error err) {
+  std::string text = "the search cannot go on: " + messages::message_of(err);
+  tell(self, [&](schema::OperatorEvent::Builder e) { e.setEnded(text); });
+  abort_search(self, std::move(err));
+}
+
+// Records vertex `index` again with the operator's decision on it.
+bool set_decision(supervisor_self self, unsigned index, const char* decision,
+                  const std::string& feedback) {
+  capnp::MallocMessageBuilder msg;
+  msg.setRoot(self->state.run->record.vertex(index));
+  auto v = msg.getRoot<schema::Vertex>();
+  v.setDecision(decision);
+  v.setFeedback(feedback);
+  return record_vertex(self, messages::encode(msg));
+}
+
+// Evaluates one candidate as the next vertex; the result is proposed.
+void run_lineage(supervisor_self self, lineage_start start) {
+  auto run = self->state.run;
+  auto l = std::make_shared<lineage<supervisor_impl>>(
+    self, run->ctx, std::move(start), [self, run](std::string vertex, caf::error err) {
+      if (!current(self, run))
+        return;
+      if (err)
+        return fail_search(self, std::move(err));
+      std::string error;
+      auto v = messages::decode<schema::Vertex>(vertex, error);
+      if (!v)
+        return fail_search(self, messages::make_error(messages::error_code::internal,
+                                                      "lineage vertex: " + error));
+      capnp::MallocMessageBuilder msg;
+      msg.setRoot(v->root<schema::Vertex>());
+      msg.getRoot<schema::Vertex>().setDecision("awaiting");
+      if (!record_vertex(self, messages::encode(msg)))
+        return;
+      ++self->state.round;
+      propose(self, msg.getRoot<schema::Vertex>().getIndex());
+    });
+  if (record_vertex(self, l->pending_vertex()))
+    l->run();
+}
+
+// An operator's decision that could not be carried out: the proposal is asked again.
+void refuse(supervisor_self self, unsigned index, unsigned seq, const std::string& why) {
+  std::string text = fmt::format("proposal #{}: {}; asked again", seq, why);
+  if (!transcribe(self, seq, [&](schema::TranscriptEntry::Builder e) { e.setNote(text); }))
+    return;
+  notice(self, text);
+  propose(self, index);
+}
+
+// A kernel the operator's decision made takes the proposal's place: the proposal is marked
+// `decision` (not accepted) and the kernel is evaluated and proposed.
+void adopt(supervisor_self self, unsigned index, unsigned seq, const std::string& candidate,
+           const char* decision, int parent, std::string strategy, std::string rationale) {
+  auto run = self->state.run;
+  std::string error;
+  auto c = messages::decode<schema::Candidate>(candidate, error);
+  if (!c)
+    return refuse(self, index, seq, "the kernel is not a candidate: " + error);
+  std::string id = c->root<schema::Candidate>().getId().cStr();
+  if (int known = run->record.find_candidate(id); known >= 0)
+    return refuse(self, index, seq, fmt::format("that kernel is vertex {} already", known));
+  if (!set_decision(self, index, decision, ""))
+    return;
+  run->step_ended();
+  notice(self, fmt::format("proposal #{}: {}; evaluating vertex {}", seq, decision,
+                           run->record.size()));
+  run_lineage(self, {static_cast<unsigned>(run->record.size()), parent, self->state.round,
+                     std::move(strategy), std::move(rationale), candidate});
+}
+
+// A candidate of the operator's own source (ids are the source's hash, as every brain's).
+std::string operator_candidate(const std::string& source, const std::string& parent_id,
+                               const std::string& strategy, const std::string& who) {
+  capnp::MallocMessageBuilder msg;
+  auto c = msg.initRoot<schema::Candidate>();
+  c.setSchemaVersion(schema::SCHEMA_VERSION);
+  c.setId(messages::sha256_hex(source));
+  c.setSource(source);
+  c.initParams(0);
+  c.setParentId(parent_id);
+  c.setStrategy(strategy);
+  c.setOrigin("operator:" + who);
+  c.setTemplate("");
+  return messages::encode(msg);
+}
+
+// edit: parameters go through the implementer (it re-renders the proposal's template with
+// them, within the chip's VMEM); a source is taken as it is.
+void edit(supervisor_self self, unsigned index, unsigned seq, schema::Decision::Reader d,
+          const std::string& who) {
+  auto run = self->state.run;
+  auto ctx = run->ctx;
+  auto v = run->record.vertex(index);
+  if (d.getChanges().size() == 0) {
+    if (d.getSource().size() == 0)
+      return refuse(self, index, seq, "an edit needs parameters or a source");
+    return adopt(self, index, seq,
+                 operator_candidate(d.getSource().cStr(), v.getCandidate().getId().cStr(),
+                                    "operator edit", who),
+                 "edited", static_cast<int>(index), "operator edit",
+                 "the operator's edit of vertex " + std::to_string(index));
+  }
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::ImplementRequest>();
+  req.setSchemaVersion(schema::SCHEMA_VERSION);
+  req.setSpec(ctx->spec());
+  req.setAnalysis(ctx->analysis());
+  req.setChip(ctx->chip());
+  auto step = req.initStep();
+  step.setMove("edit");
+  step.setTemplate(v.getCandidate().getTemplate());
+  step.setParentId(v.getCandidate().getId());
+  step.setChanges(d.getChanges());
+  step.setRationale("the operator's edit of vertex " + std::to_string(index));
+  step.setBrain("operator");
+  req.setParent(v.getCandidate());
+  req.setHasParent(true);
+  self->request(ctx->pool.implementer, ctx->role_timeout(), messages::implement_atom::value,
+                messages::make_payload<schema::ImplementRequest>(msg))
+    .then(
+      [self, run, index, seq](payload& reply) {
+        if (!current(self, run))
+          return;
+        std::string error;
+        auto rep = messages::open_payload<schema::ImplementReply>(reply, error);
+        if (!rep)
+          return refuse(self, index, seq, "the implementer's reply: " + error);
+        auto r = rep->root<schema::ImplementReply>();
+        run->ctx->usage(r.getUsage());
+        auto c = r.getCandidate();
+        adopt(self, index, seq, messages::encode_root(c), "edited", static_cast<int>(index),
+              c.getStrategy().size() ? c.getStrategy().cStr() : "edit",
+              "the operator's edit of vertex " + std::to_string(index));
+      },
+      [self, run, index, seq](caf::error& err) {
+        if (current(self, run))
+          refuse(self, index, seq, "the edit cannot be made: " + messages::message_of(err));
+      });
+}
+
+void decide(supervisor_self self, unsigned index, messages::decoded_message decision) {
+  auto run = self->state.run;
+  auto d = decision.root<schema::Decision>();
+  unsigned seq = d.getSeq();
+  if (!transcribe(self, seq, [&](schema::TranscriptEntry::Builder e) { e.setDecision(d); }))
+    return;
+  std::string who = d.getOperator().size() ? d.getOperator().cStr() : "the operator";
+  std::string text = d.getText().cStr();
+  report(self, fmt::format("proposal #{}: {} by {}", seq, kind_name(d.getKind()), who));
+  switch (d.getKind()) {
+    case DecisionKind::APPROVE:
+      if (!set_decision(self, index, "approved", ""))
+        return;
+      break;
+    case DecisionKind::HINT:
+      if (!set_decision(self, index, "approved", text))
+        return;
+      break;
+    case DecisionKind::HAND_OVER:
+      if (!set_decision(self, index, "approved", ""))
+        return;
+      self->state.auto_steps = d.getSteps();
+      break;
+    case DecisionKind::REJECT:
+      if (!set_decision(self, index, "rejected", text))
+        return;
+      break;
+    case DecisionKind::STOP:
+      if (!set_decision(self, index, "stopped", text))
+        return;
+      return end(self, "operator");
+    case DecisionKind::EDIT:
+      return edit(self, index, seq, d, who);
+    case DecisionKind::TAKE_OVER:
+      if (d.getSource().size() == 0)
+        return refuse(self, index, seq, "take over needs a kernel source");
+      return adopt(self, index, seq, operator_candidate(d.getSource().cStr(), "", "operator kernel",
+                                                        who),
+                   "replaced", -1, "operator kernel", "the operator's own kernel");
+  }
+  run->step_ended();
+  iterate(self);
+}
+
+void propose(supervisor_self self, unsigned index) {
+  auto& st = self->state;
+  auto run = st.run;
+  auto ctx = run->ctx;
+  auto& record = run->record;
+  auto v = record.vertex(index);
+  unsigned seq = proposals_made(record) + 1;
+  capnp::MallocMessageBuilder msg;
+  auto p = msg.initRoot<schema::Proposal>();
+  p.setSchemaVersion(schema::SCHEMA_VERSION);
+  p.setSeq(seq);
+  p.setTask(ctx->spec().getName());
+  p.setChip(ctx->chip());
+  bool measured = v.getHasResult() && v.getResult().getHasProfile() &&
+                  v.getResult().getProfile().getTiming() == schema::Timing::MEASURED;
+  p.setTiming(measured ? "measured" : "modeled");
+  p.setVertex(v);
+  p.setExpectedEffect(v.getExpectedEffect());
+  std::string parent_source, parent_name = "(nothing)";
+  if (v.getParent() >= 0) {
+    auto parent = record.vertex(static_cast<size_t>(v.getParent()));
+    parent_source = parent.getCandidate().getSource().cStr();
+    parent_name = fmt::format("vertex {}", v.getParent());
+    p.setParentTimeUs(parent.getTimeUs());
+  }
+  p.setDiff(unified_diff(parent_source, v.getCandidate().getSource().cStr(), parent_name,
+                         fmt::format("vertex {}", index)));
+  p.setBestIndex(record.best());
+  p.setBestTimeUs(record.best_time_us());
+  p.setReferenceTimeUs(ctx->optimize().getReferenceTimeUs());
+  p.setEvaluations(record.evaluated());
+  p.setBudgetEvals(ctx->settings().getBudgetEvals());
+  p.setAutoSteps(st.auto_steps);
+  if (!transcribe(self, seq, [&](schema::TranscriptEntry::Builder e) { e.setProposal(p); }))
+    return;
+  if (st.auto_steps > 0) {
+    // Handed over: the shells see the proposal as a notice and auto approves it.
+    --st.auto_steps;
+    tell(self, [&](schema::OperatorEvent::Builder e) { e.setProposal(p); });
+    auto d = own_decision(seq, DecisionKind::APPROVE, "auto",
+                          fmt::format("handed over ({} more)", st.auto_steps));
+    tell(self, [&](schema::OperatorEvent::Builder e) {
+      e.setDecided(d.root<schema::Decision>());
+    });
+    return decide(self, index, std::move(d));
+  }
+  report(self, fmt::format("proposal #{}: vertex {} ({}) waits for the operator", seq, index,
+                           v.getStrategy().cStr()));
+  double seconds = ctx->settings().getOperatorTimeoutSeconds();
+  std::string policy = ctx->settings().getOnTimeout().cStr();
+  bool waits = seconds <= 0 || policy.empty() || policy == "wait";
+  caf::duration timeout = waits ? caf::duration{caf::infinite}
+                                : caf::duration{std::chrono::milliseconds(
+                                    static_cast<int64_t>(std::llround(seconds * 1000)))};
+  self->request(st.op, timeout, messages::propose_atom::value,
+                messages::make_payload<schema::Proposal>(msg))
+    .then(
+      [self, run, index, seq](payload& reply) {
+        if (!current(self, run))
+          return;
+        std::string error;
+        auto d = messages::open_payload<schema::Decision>(reply, error);
+        if (!d)
+          return fail_search(self, messages::make_error(messages::error_code::malformed_message,
+                                                        "Decision: " + error));
+        d->allow_rereading();
+        if (d->root<schema::Decision>().getSeq() != seq)
+          return fail_search(self, messages::make_error(
+                                     messages::error_code::malformed_message,
+                                     fmt::format("a decision on proposal #{} came for #{}",
+                                                 d->root<schema::Decision>().getSeq(), seq)));
+        decide(self, index, std::move(*d));
+      },
+      [self, run, index, seq, seconds, policy](caf::error& err) {
+        if (!current(self, run))
+          return;
+        if (err != caf::sec::request_timeout)
+          return fail_search(self, std::move(err));
+        auto d = own_decision(seq, policy == "stop" ? DecisionKind::STOP : DecisionKind::APPROVE,
+                              "policy", fmt::format("no decision within {} s", seconds));
+        // The gateway withdraws the proposal from the shells when it sees the decision.
+        tell(self, [&](schema::OperatorEvent::Builder e) {
+          e.setDecided(d.root<schema::Decision>());
+        });
+        decide(self, index, std::move(d));
+      });
+}
+
+void iterate(supervisor_self self) {
+  auto run = self->state.run;
+  // A resumed search first finishes the candidate it was evaluating, then asks again for the
+  // decision it was waiting on.
+  for (size_t i = 0; i < run->record.size(); ++i) {
+    auto v = run->record.vertex(i);
+    if (v.getState() == schema::VertexState::PENDING)
+      return run_lineage(self, {v.getIndex(), v.getParent(), v.getRound(),
+                                v.getStrategy().cStr(), v.getRationale().cStr(),
+                                messages::encode_root(v.getCandidate()),
+                                v.getExpectedEffect().cStr()});
+  }
+  for (size_t i = 0; i < run->record.size(); ++i)
+    if (run->record.vertex(i).getDecision() == "awaiting")
+      return propose(self, static_cast<unsigned>(i));
+  if (auto reason = run->stop_reason(); !reason.empty())
+    return end(self, reason);
+  auto fail = [self, run](caf::error err) {
+    if (current(self, run))
+      fail_search(self, std::move(err));
+  };
+  // As auto: the planner moves from the best accepted candidate (the operator's feedback and
+  // hints in its guidance); the first step giving a new kernel is evaluated and proposed.
+  ask_plan(self, *run, "", 8,
+    [self, run](std::shared_ptr<messages::decoded_message> plan) {
+      if (!current(self, run))
+        return;
+      auto p = plan->root<schema::Plan>();
+      if (p.getSteps().size() == 0) {
+        if (p.getMessage().size())
+          notice(self, "planner: " + std::string(p.getMessage().cStr()));
+        return end(self, "exhausted");
+      }
+      auto taken = std::make_shared<std::vector<std::string>>();
+      auto impl = std::make_shared<step_implementer<supervisor_impl>>(
+        self, run, plan, taken, 1,
+        [self, run](std::vector<implemented_step> found, std::vector<std::string> skipped) {
+          if (!current(self, run))
+            return;
+          for (const auto& s : skipped)
+            notice(self, s);
+          if (found.empty())
+            return end(self, "exhausted");
+          auto& f = found.front();
+          run_lineage(self, {static_cast<unsigned>(run->record.size()), f.parent,
+                             self->state.round, f.strategy, f.rationale, f.candidate,
+                             f.expected_effect});
+        });
+      impl->start();
+    },
+    fail);
+}
+
+}  // namespace
+
+messages::supervisor_actor spawn_hitl_supervisor(caf::actor_system& sys,
+                                                 messages::agent_pool pool,
+                                                 messages::tpu_node_actor node,
+                                                 messages::progress_listener_actor listener,
+                                                 messages::operator_actor op) {
+  return sys.spawn(
+    [pool = std::move(pool), node = std::move(node), listener = std::move(listener),
+     op = std::move(op)](supervisor_self self) mutable {
+      self->state.op = op;
+      return supervisor_behavior(self, std::move(pool), std::move(node), std::move(listener),
+                                 std::function<void(supervisor_self)>(iterate));
+    });
+}
+
+}  // namespace maxkernel::actors
