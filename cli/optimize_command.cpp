@@ -2,6 +2,7 @@
 
 #include "actors/auto_supervisor.hpp"
 #include "actors/graph_supervisor.hpp"
+#include "actors/hitl_supervisor.hpp"
 #include "actors/search_record.hpp"
 #include "agents/agent_pool_spawn.hpp"
 #include "cli/brain_options.hpp"
@@ -10,6 +11,7 @@
 #include "cli/output_file.hpp"
 #include "cli/progress_line.hpp"
 #include "cli/task_session.hpp"
+#include "cluster/operator_gateway.hpp"
 #include "config/brain_config.hpp"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/error.hpp"
@@ -21,6 +23,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <capnp/message.h>
 #include <fmt/format.h>
 
@@ -37,8 +40,16 @@ namespace {
 
 // Command-line checks that need no worker: exit 2 with the reason.
 bool valid_options(const optimize_options& opts, std::string& error) {
-  if (opts.mode != "auto" && opts.mode != "graph") {
-    error = fmt::format("--mode {}: one of auto, graph", opts.mode);
+  if (opts.mode != "auto" && opts.mode != "graph" && opts.mode != "hitl") {
+    error = fmt::format("--mode {}: one of auto, graph, hitl", opts.mode);
+    return false;
+  }
+  if (opts.on_timeout != "wait" && opts.on_timeout != "approve" && opts.on_timeout != "stop") {
+    error = fmt::format("--on-timeout {}: one of wait, approve, stop", opts.on_timeout);
+    return false;
+  }
+  if (!(opts.operator_timeout >= 0)) {
+    error = "--operator-timeout: seconds, 0 or more";
     return false;
   }
   if (!search::parse_policy(opts.policy)) {
@@ -49,7 +60,9 @@ bool valid_options(const optimize_options& opts, std::string& error) {
     error = "--nodes: at least 1";
     return false;
   }
-  if (opts.budget_evals == 0 && opts.budget_seconds <= 0 && opts.patience == 0) {
+  // hitl ends when the operator says stop.
+  if (opts.mode != "hitl" && opts.budget_evals == 0 && opts.budget_seconds <= 0 &&
+      opts.patience == 0) {
     error = "the search has no end: give --budget-evals, --budget-seconds or --patience";
     return false;
   }
@@ -132,6 +145,8 @@ int run_optimize(const optimize_options& opts) {
   s.setBranching(opts.branching);
   s.setPolicy(opts.policy);
   s.setDeadlineMs(static_cast<uint32_t>(opts.deadline_seconds * 1000));
+  s.setOperatorTimeoutSeconds(opts.operator_timeout);
+  s.setOnTimeout(opts.on_timeout);
   req.setReferenceTimeUs(times.reference_us);
   std::string graph_path = search::default_store_path(state_dir);
   req.setGraphPath(graph_path);
@@ -140,9 +155,31 @@ int run_optimize(const optimize_options& opts) {
   auto& sys = session.system();
   auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
   auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals);
-  auto supervisor = opts.mode == "graph"
-                      ? actors::spawn_graph_supervisor(sys, pool, session.evaluator(), listener)
-                      : actors::spawn_auto_supervisor(sys, pool, session.evaluator(), listener);
+  std::optional<cluster::operator_gateway> gateway;
+  if (opts.mode == "hitl") {
+    cluster::operator_gateway_config gw;
+    gw.endpoint = opts.operator_endpoint;
+    gw.welcome = fmt::format("{}: hitl search on {} (reference {:.2f} us, modeled)",
+                             spec.getName().cStr(), chip_name, times.reference_us);
+    auto spawned = cluster::spawn_operator_gateway(sys, gw);
+    if (!spawned) {
+      agents::stop_agent_pool(pool);
+      caf::anon_send_exit(listener, caf::exit_reason::user_shutdown);
+      std::cerr << "error: --operator-endpoint: " << messages::message_of(spawned.error())
+                << "\n";
+      return 2;
+    }
+    gateway = std::move(*spawned);
+    // On stderr even with --json -: the operator needs it to attach.
+    std::cerr << "operator gateway: " << gateway->endpoint << " (attach with: maxkernel attach "
+              << gateway->endpoint << ")\n";
+  }
+  auto supervisor =
+    opts.mode == "graph"
+      ? actors::spawn_graph_supervisor(sys, pool, session.evaluator(), listener)
+    : opts.mode == "hitl"
+      ? actors::spawn_hitl_supervisor(sys, pool, session.evaluator(), listener, gateway->handle)
+      : actors::spawn_auto_supervisor(sys, pool, session.evaluator(), listener);
   std::optional<messages::decoded_message> result_msg;
   int exit_code = 0;
   {
@@ -164,6 +201,13 @@ int run_optimize(const optimize_options& opts) {
         });
     self->send_exit(supervisor, caf::exit_reason::user_shutdown);
     self->send_exit(listener, caf::exit_reason::user_shutdown);
+    if (gateway) {
+      // The supervisor's last notice (the end) is in the gateway's mailbox before its reply
+      // came: one round trip makes sure the gateway handled it before it is stopped.
+      self->request(gateway->handle, std::chrono::seconds(5), messages::status_atom::value)
+        .receive([](uint32_t) {}, [](caf::error&) {});
+      self->send_exit(gateway->handle, caf::exit_reason::user_shutdown);
+    }
   }
   agents::stop_agent_pool(pool);
   end_progress_line(std::cerr);
@@ -205,7 +249,8 @@ int run_optimize(const optimize_options& opts) {
       return 3;
     }
     human << "wrote " << opts.out
-          << "/{kernel.py, result.json, search.sqlite, graph.json, graph.dot, report.html}\n";
+          << "/{kernel.py, result.json, search.sqlite, graph.json, graph.dot, report.html"
+          << (result.getTranscript().size() ? ", transcript.jsonl}\n" : "}\n");
   }
   if (!opts.json.empty() && !write_output(opts.json, json.dump(2) + "\n", error)) {
     std::cerr << "error: " << error << "\n";

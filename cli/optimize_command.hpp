@@ -1,11 +1,13 @@
-// `maxkernel optimize SPEC --mode auto|graph [--chip v6e] [--nodes N] [--workers N]
+// `maxkernel optimize SPEC --mode auto|graph|hitl [--chip v6e] [--nodes N] [--workers N]
 // [--budget-evals N] [--budget-seconds S] [--seed S] [--out DIR] [--state-dir DIR]
 // [--json FILE|-] [--resume] ...`: the embedded default. One process: N tpu_nodes on the
 // model backend (simulated devices) sharing a worker pool, a dispatcher in front of them,
-// the agent pool and the mode's supervisor. The search graph is persisted as it grows in
+// the agent pool and the mode's supervisor (hitl: and the operator gateway, where shells
+// attach with `maxkernel attach ENDPOINT`). The search graph is persisted as it grows in
 // the state directory (`--resume` continues a killed search). Writes DIR/kernel.py (the best
 // kernel, JAXBench convention), DIR/result.json (ARCHITECTURE.md, "Contracts"),
-// DIR/search.sqlite (the search alone), DIR/graph.json, DIR/graph.dot and DIR/report.html.
+// DIR/search.sqlite (the search alone), DIR/graph.json, DIR/graph.dot and DIR/report.html
+// (hitl: and DIR/transcript.jsonl).
 // Exit 0 with a correct kernel, 1 when none was found (kernel.py is then the reference), 2 bad
 // input, 3 environment errors.
 #pragma once
@@ -17,7 +19,7 @@ namespace maxkernel::cli {
 
 struct optimize_options {
   std::string spec;
-  std::string mode = "auto";     // auto | graph
+  std::string mode = "auto";     // auto | graph | hitl
   std::string chip;
   unsigned nodes = 8;            // simulated devices on the model backend
   unsigned workers = 0;          // JAX workers shared by the nodes; 0: one per core
@@ -39,6 +41,10 @@ struct optimize_options {
   double deadline_seconds = 600;
   uint64_t memory_limit_bytes = 8ull << 30;
   unsigned simulate_device_ms = 0;
+  // hitl
+  std::string operator_endpoint = "tcp://127.0.0.1:*";
+  double operator_timeout = 0;   // seconds a proposal waits; 0: forever
+  std::string on_timeout = "wait";
 };
 
 int run_optimize(const optimize_options& opts);

@@ -3,10 +3,12 @@
 #include "cli/jaxbench_export.hpp"
 #include "cli/output_file.hpp"
 #include "cli/profile_report.hpp"
+#include "maxkernel/schema/operator.capnp.h"
 #include "messages/capnp_io.hpp"
 #include "messages/version.hpp"
 #include "search/graph_export.hpp"
 
+#include <capnp/compat/json.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -128,6 +130,66 @@ std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult:
   return text + in_jaxbench_convention(spec, reference);
 }
 
+const char* decision_name(schema::DecisionKind k) {
+  switch (k) {
+    case schema::DecisionKind::APPROVE: return "approve";
+    case schema::DecisionKind::REJECT: return "reject";
+    case schema::DecisionKind::EDIT: return "edit";
+    case schema::DecisionKind::HINT: return "hint";
+    case schema::DecisionKind::TAKE_OVER: return "take over";
+    case schema::DecisionKind::HAND_OVER: return "hand over";
+    case schema::DecisionKind::STOP: return "stop";
+  }
+  return "unknown";
+}
+
+// One readable line per transcript entry (the report's transcript section).
+std::vector<std::string> transcript_lines(schema::OptimizeResult::Reader result) {
+  std::vector<std::string> lines;
+  for (auto bytes : result.getTranscript()) {
+    std::string error;
+    auto e = messages::decode<schema::TranscriptEntry>(
+      std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()), error);
+    if (!e) {
+      lines.push_back("(unreadable entry: " + error + ")");
+      continue;
+    }
+    auto t = e->root<schema::TranscriptEntry>();
+    switch (t.which()) {
+      case schema::TranscriptEntry::PROPOSAL: {
+        auto v = t.getProposal().getVertex();
+        lines.push_back(fmt::format(
+          "#{} proposal: vertex {} ({}) {}{}", t.getSeq(), v.getIndex(), v.getStrategy().cStr(),
+          v.getCorrect() ? "correct" : v.getFailureClass().cStr(),
+          v.getTimeUs() > 0 ? fmt::format(", {:.2f} us", v.getTimeUs()) : ""));
+        break;
+      }
+      case schema::TranscriptEntry::DECISION: {
+        auto d = t.getDecision();
+        std::string detail = d.getText().cStr();
+        if (d.getKind() == schema::DecisionKind::HAND_OVER)
+          detail = fmt::format("{} steps", d.getSteps());
+        else if (d.getKind() == schema::DecisionKind::EDIT && d.getChanges().size()) {
+          detail.clear();
+          for (auto c : d.getChanges())
+            detail += fmt::format("{}{}={}", detail.empty() ? "" : " ", c.getName().cStr(),
+                                  c.getValue().cStr());
+        } else if (d.getSource().size())
+          detail = fmt::format("a kernel of {} lines", std::count(d.getSource().begin(),
+                                                                 d.getSource().end(), '\n'));
+        lines.push_back(fmt::format("#{} {} by {}{}", t.getSeq(), decision_name(d.getKind()),
+                                    d.getOperator().size() ? d.getOperator().cStr() : "?",
+                                    detail.empty() ? "" : ": " + detail));
+        break;
+      }
+      case schema::TranscriptEntry::NOTE:
+        lines.push_back(fmt::format("#{} {}", t.getSeq(), t.getNote().cStr()));
+        break;
+    }
+  }
+  return lines;
+}
+
 std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
                         const optimize_outcome& o, const json& summary, const best_choice& b,
                         const std::string& dot) {
@@ -160,13 +222,20 @@ std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult:
     double speedup = v.getCorrect() && v.getTimeUs() > 0 && o.reference_us > 0
                        ? o.reference_us / v.getTimeUs()
                        : 0;
+    std::string outcome = v.getCorrect() ? "correct" : v.getFailureClass().cStr();
+    if (v.getDecision().size())
+      outcome += fmt::format(" ({})", v.getDecision().cStr());
     vertices += fmt::format(
       "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-      v.getIndex(), v.getParent(), html_escape(v.getStrategy().cStr()),
-      v.getCorrect() ? "correct" : html_escape(v.getFailureClass().cStr()),
+      v.getIndex(), v.getParent(), html_escape(v.getStrategy().cStr()), html_escape(outcome),
       v.getTimeUs() > 0 ? fmt::format("{:.2f}", v.getTimeUs()) : "",
       speedup > 0 ? fmt::format("{:.2f}x", speedup) : "", html_escape(v.getVerdict().cStr()));
   }
+  std::string transcript;
+  for (const auto& line : transcript_lines(result))
+    transcript += html_escape(line) + "\n";
+  if (!transcript.empty())
+    transcript = "<h2>Operator transcript</h2>\n<pre>" + transcript + "</pre>\n";
   return fmt::format(
     "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>maxkernel: {task}</title>\n"
     "<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}"
@@ -176,13 +245,14 @@ std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult:
     "<h2>Best speedup versus candidates evaluated</h2>\n{curve}\n"
     "<h2>Search graph</h2>\n{graph}\n<h2>Profile of the best kernel ({timing})</h2>\n{profile}\n"
     "<h2>Vertices</h2>\n<table><tr><th>vertex</th><th>parent</th><th>strategy</th><th>outcome</th>"
-    "<th>time us</th><th>speedup</th><th>tests</th></tr>\n{vertices}</table>\n"
+    "<th>time us</th><th>speedup</th><th>tests</th></tr>\n{vertices}</table>\n{transcript}"
     "<h2>result.json</h2>\n<pre>{json}</pre>\n</body></html>\n",
     fmt::arg("task", html_escape(spec.getName().cStr())), fmt::arg("mode", o.mode),
     fmt::arg("chip", o.chip), fmt::arg("timing", b.timing), fmt::arg("backend", o.backend),
     fmt::arg("line", html_escape(summary_line(spec, result, o))),
     fmt::arg("curve", speedup_curve_svg(result, o.reference_us)), fmt::arg("graph", graph_part),
     fmt::arg("profile", profile_part), fmt::arg("vertices", vertices),
+    fmt::arg("transcript", transcript),
     fmt::arg("json", html_escape(summary.dump(2))));
 }
 
@@ -314,6 +384,20 @@ std::string speedup_curve_svg(schema::OptimizeResult::Reader result, double refe
   return svg + "</svg>";
 }
 
+std::string transcript_jsonl(schema::OptimizeResult::Reader result) {
+  capnp::JsonCodec codec;
+  std::string out;
+  for (auto bytes : result.getTranscript()) {
+    std::string error;
+    auto e = messages::decode<schema::TranscriptEntry>(
+      std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()), error);
+    out += e ? std::string(codec.encode(e->root<schema::TranscriptEntry>()).cStr())
+             : json{{"error", error}}.dump();
+    out += "\n";
+  }
+  return out;
+}
+
 bool write_optimize_outputs(const std::string& dir, schema::KernelSpec::Reader spec,
                             schema::OptimizeResult::Reader result, const optimize_outcome& o,
                             const json& summary, std::string& error) {
@@ -326,7 +410,9 @@ bool write_optimize_outputs(const std::string& dir, schema::KernelSpec::Reader s
          write_output(path("result.json"), summary.dump(2) + "\n", error) &&
          write_output(path("graph.json"), search::graph_json(bytes, o.reference_us), error) &&
          write_output(path("graph.dot"), dot, error) &&
-         write_output(path("report.html"), report_html(spec, result, o, summary, b, dot), error);
+         write_output(path("report.html"), report_html(spec, result, o, summary, b, dot), error) &&
+         (result.getTranscript().size() == 0 ||
+          write_output(path("transcript.jsonl"), transcript_jsonl(result), error));
 }
 
 }  // namespace maxkernel::cli

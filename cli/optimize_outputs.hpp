@@ -2,7 +2,7 @@
 // "Contracts"), kernel.py (the best kernel with its header comment, or the reference when
 // nothing correct was found), graph.json and graph.dot (search/graph_export), and report.html
 // (the best-speedup-versus-evaluations curve, the search graph and the best kernel's profile
-// as inline SVG and tables: viewable offline). Each file is written whole or not at all.
+// as inline SVG and tables, hitl's transcript: viewable offline). Each file is written whole or not at all.
 #pragma once
 
 #include "maxkernel/schema/kernel_spec.capnp.h"
@@ -29,7 +29,9 @@ nlohmann::json result_json(schema::KernelSpec::Reader spec, schema::OptimizeResu
 // One readable line: the best kernel and speedup (or the fallback), evaluations, stop reason.
 std::string summary_line(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
                          const optimize_outcome& outcome);
-// kernel.py, result.json, graph.json, graph.dot, report.html into `dir`.
+// kernel.py, result.json, graph.json, graph.dot, report.html into `dir`; and for hitl
+// transcript.jsonl (each TranscriptEntry in Cap'n Proto's JSON, one per line).
+std::string transcript_jsonl(schema::OptimizeResult::Reader result);
 bool write_optimize_outputs(const std::string& dir, schema::KernelSpec::Reader spec,
                             schema::OptimizeResult::Reader result, const optimize_outcome& outcome,
                             const nlohmann::json& result_json, std::string& error);
