@@ -136,6 +136,7 @@ bool set_decision(supervisor_self self, unsigned index, const char* decision,
 // Evaluates one candidate as the next vertex; the result is proposed.
 void run_lineage(supervisor_self self, lineage_start start) {
   auto run = self->state.run;
+  std::string what = fmt::format("vertex {} ({}): evaluating", start.index, start.strategy);
   auto l = std::make_shared<lineage<supervisor_impl>>(
     self, run->ctx, std::move(start), [self, run](std::string vertex, caf::error err) {
       if (!current(self, run))
@@ -155,8 +156,10 @@ void run_lineage(supervisor_self self, lineage_start start) {
       ++self->state.round;
       propose(self, msg.getRoot<schema::Vertex>().getIndex());
     });
-  if (record_vertex(self, l->pending_vertex()))
-    l->run();
+  if (!record_vertex(self, l->pending_vertex()))
+    return;
+  report(self, what);
+  l->run();
 }
 
 // An operator's decision that could not be carried out: the proposal is asked again.
