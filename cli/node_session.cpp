@@ -171,6 +171,7 @@ session_answer node_session::analyze(const std::string& request) {
 caf::actor_system& node_session::system() { return *impl_->sys; }
 
 messages::tpu_node_actor node_session::evaluator() { return impl_->front; }
+messages::dispatcher_actor node_session::dispatcher() { return impl_->dispatcher; }
 
 session_answer node_session::load_task(const std::string& path) {
   return ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "maxkernel/schema/eval.capnp.h"
+#include "messages/dispatcher_actor.hpp"
 #include "messages/tpu_node_actor.hpp"
 
 #include <chrono>
@@ -55,6 +56,8 @@ public:
   caf::actor_system& system();
   // Where evaluations go: the dispatcher in front of the nodes, or the one node.
   messages::tpu_node_actor evaluator();
+  // The dispatcher (for its status: nodes busy); invalid with one node and no `dispatch`.
+  messages::dispatcher_actor dispatcher();
   unsigned nodes() const { return opts_.nodes; }
   unsigned workers() const { return workers_; }
 

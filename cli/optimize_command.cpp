@@ -154,7 +154,7 @@ int run_optimize(const optimize_options& opts) {
 
   auto& sys = session.system();
   auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
-  auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals);
+  auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals, session.dispatcher());
   std::optional<cluster::operator_gateway> gateway;
   if (opts.mode == "hitl") {
     cluster::operator_gateway_config gw;

@@ -1,8 +1,10 @@
 // The live progress of a search on stderr: on a terminal one line rewritten in place
-// (candidates evaluated of the budget, best speedup so far, evaluations in flight at the
-// nodes, elapsed time), elsewhere one line per event (logs stay readable).
+// (candidates evaluated of the budget, best speedup so far, nodes busy (from the dispatcher's
+// status) or evaluations in flight, elapsed time), elsewhere one line per event (logs stay
+// readable).
 #pragma once
 
+#include "messages/dispatcher_actor.hpp"
 #include "messages/supervisor_actor.hpp"
 
 #include <ostream>
@@ -13,8 +15,10 @@ class actor_system;
 
 namespace maxkernel::cli {
 
+// `dispatcher` may be invalid (then the line shows evaluations in flight).
 messages::progress_listener_actor spawn_progress_line(caf::actor_system& sys, std::ostream& out,
-                                                      unsigned budget_evals);
+                                                      unsigned budget_evals,
+                                                      messages::dispatcher_actor dispatcher);
 // Ends the rewritten line (a newline on a terminal; nothing otherwise).
 void end_progress_line(std::ostream& out);
 
