@@ -32,7 +32,20 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
         if (err)
           return abort_search(self, std::move(err));
         (*slots)[k] = std::move(vertex);
-        if (--*left > 0) {
+        if (--*left > 0 && run->time_up()) {
+          // The time budget does not wait for the round's stragglers: what is in is recorded,
+          // the rest stays pending in the graph (a resumed search evaluates it).
+          std::vector<std::string> done;
+          for (auto& v : *slots)
+            if (!v.empty())
+              done.push_back(std::move(v));
+          std::string error;
+          if (!run->record.put_all(done, error))
+            return abort_search(self, messages::make_error(messages::error_code::internal,
+                                                           "search graph: " + error));
+          return finish(self, "time");
+        }
+        if (*left > 0) {
           report(self, fmt::format("round {}: {} of {} candidate(s) in", self->state.round,
                                    slots->size() - *left, slots->size()));
           return;

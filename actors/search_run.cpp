@@ -50,9 +50,7 @@ std::string search_run::stop_reason() const {
   auto s = ctx->settings();
   if (s.getBudgetEvals() > 0 && record.evaluated() >= s.getBudgetEvals())
     return "budget";
-  double elapsed =
-    std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  if (s.getBudgetSeconds() > 0 && elapsed >= s.getBudgetSeconds())
+  if (time_up())
     return "time";
   if (s.getPatience() > 0 && steps_without_gain_ >= s.getPatience())
     return "stagnation";
@@ -63,6 +61,13 @@ std::string search_run::stop_reason() const {
       return "roofline";
   }
   return "";
+}
+
+bool search_run::time_up() const {
+  double budget = ctx->settings().getBudgetSeconds();
+  double elapsed =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return budget > 0 && elapsed >= budget;
 }
 
 void search_run::step_ended() {

@@ -22,6 +22,8 @@ public:
   // Why the search stops now, or "" to go on. `progressed`: a candidate or round just ended
   // (stagnation counts those without a faster correct candidate).
   std::string stop_reason() const;
+  // Whether the wall-time budget is spent (a graph round stops waiting for its stragglers).
+  bool time_up() const;
   // Records that one step (an auto iteration, a graph round) ended: stagnation bookkeeping.
   void step_ended();
   // Candidates the budget still allows (UINT32_MAX without a cap).
