@@ -1,0 +1,135 @@
+// The graph supervisor through its actors under CAF's deterministic scheduler (the real pool,
+// a stand-in node: supervisor_fixture.hpp): a round's children are fixed (recorded pending in
+// the graph file) before any is dispatched, the outcome is the same whatever order the node
+// answers in, and the evaluation budget holds even when it cuts a round.
+#include "actors/graph_supervisor.hpp"
+#include "actors/search_record.hpp"
+#include "messages/error.hpp"
+#include "messages/payload_codec.hpp"
+#include "search/temp_dir.hpp"
+#include "tests/actors/supervisor_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+using namespace maxkernel;
+using namespace maxkernel::actors_test;
+
+namespace {
+
+class GraphSupervisor : public supervisor_fixture {
+protected:
+  messages::supervisor_actor spawn() {
+    return actors::spawn_graph_supervisor(env.sys, pool,
+                                          caf::actor_cast<messages::tpu_node_actor>(node_actor),
+                                          messages::progress_listener_actor{});
+  }
+};
+
+unsigned evaluations_of(schema::OptimizeResult::Reader r) {
+  unsigned n = 0;
+  for (auto v : r.getVertices())
+    n += v.getEvaluations();
+  return n;
+}
+
+}  // namespace
+
+// Every time the node holds answers, the graph file already holds the round's children as
+// pending vertices, and the node was asked about exactly those kernels: none was chosen after
+// another's result was in.
+TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
+  search::test::temp_dir dir;
+  search_settings s{.mode = "graph", .budget = 7, .graph_path = dir.file("graph.sqlite")};
+  auto request = optimize_request(s);
+  std::string error;
+  auto req = messages::open_payload<schema::OptimizeRequest>(request, error);
+  ASSERT_TRUE(req) << error;
+  node->order = answer_order::forward;
+  start(spawn(), s);
+  std::map<unsigned, std::set<std::string>> pending_by_round;  // as first seen in the file
+  unsigned snapshots = 0;
+  for (;;) {
+    env.run_messages();
+    if (node->held.empty())
+      break;
+    ++snapshots;
+    actors::search_record file;
+    auto r = req->root<schema::OptimizeRequest>();
+    ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
+    std::set<std::string> pending;
+    for (size_t i = 0; i < file.size(); ++i) {
+      auto v = file.vertex(i);
+      if (v.getState() != schema::VertexState::PENDING)
+        continue;
+      pending.insert(v.getCandidate().getSource().cStr());
+      pending_by_round[v.getRound()].insert(v.getCandidate().getSource().cStr());
+    }
+    // the held requests are about the pending children, and each pending child is asked
+    std::set<std::string> asked;
+    for (size_t i = node->sources.size() - node->held.size(); i < node->sources.size(); ++i)
+      asked.insert(node->sources[i]);
+    EXPECT_EQ(asked, pending) << "snapshot " << snapshots;
+    env.self->send(node_actor, release_atom::value);
+  }
+  auto o = answer();
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  EXPECT_GE(snapshots, 2u);
+  // The vertices of each round are the children that were fixed for it, no more, no fewer.
+  std::map<unsigned, std::set<std::string>> by_round;
+  for (auto v : r.getVertices())
+    by_round[v.getRound()].insert(v.getCandidate().getSource().cStr());
+  EXPECT_EQ(by_round, pending_by_round);
+  EXPECT_GE(by_round.size(), 2u);
+  // A later round's children are moves from vertices of earlier rounds.
+  for (auto v : r.getVertices())
+    if (v.getParent() >= 0)
+      EXPECT_LT(r.getVertices()[static_cast<unsigned>(v.getParent())].getRound(), v.getRound());
+}
+
+TEST_F(GraphSupervisor, TheOutcomeDoesNotDependOnTheNodesAnswerOrder) {
+  search_settings s{.mode = "graph", .budget = 7};
+  node->order = answer_order::forward;
+  auto forward = optimize(spawn(), s);
+  ASSERT_TRUE(forward.result) << messages::message_of(forward.error);
+  auto forward_sources = node->sources;
+  node->order = answer_order::reversed;
+  node->sources.clear();
+  node->max_held = 0;
+  auto reversed = optimize(spawn(), s);
+  ASSERT_TRUE(reversed.result) << messages::message_of(reversed.error);
+  // The answers did arrive in another order (several at once, last first)...
+  EXPECT_GT(node->max_held, 2u);
+  // ...and the graph is the same: vertices (parents, kernels, results, diagnoses), best.
+  EXPECT_EQ(reversed.r().getVertices().size(), 7u);
+  EXPECT_EQ(vertex_bytes(forward.r()), vertex_bytes(reversed.r()));
+  EXPECT_EQ(forward.r().getBest(), reversed.r().getBest());
+  EXPECT_EQ(forward.r().getRounds(), reversed.r().getRounds());
+  EXPECT_GE(forward.r().getRounds(), 2u);
+  // the same kernels were asked about, each as often
+  auto a = forward_sources, b = node->sources;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(GraphSupervisor, RespectsTheBudgetEvenInTheMiddleOfARound) {
+  // With beam 2 x branching 2 a later round has up to 4 children; budgets that end inside
+  // one cut it.
+  for (unsigned budget : {2u, 5u, 6u}) {
+    SCOPED_TRACE(budget);
+    node->requests = 0;
+    auto o = optimize(spawn(), {.mode = "graph", .budget = budget});
+    ASSERT_TRUE(o.result) << messages::message_of(o.error);
+    auto r = o.r();
+    EXPECT_EQ(std::string(r.getStopReason().cStr()), "budget");
+    EXPECT_EQ(r.getCandidatesEvaluated(), budget);
+    EXPECT_EQ(r.getVertices().size(), budget);
+    EXPECT_EQ(node->requests, evaluations_of(r));
+    for (auto v : r.getVertices())
+      EXPECT_NE(v.getState(), schema::VertexState::PENDING);
+  }
+}
