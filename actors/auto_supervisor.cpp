@@ -40,49 +40,18 @@ void run_lineage(supervisor_self self, lineage_start start) {
 void iterate(supervisor_self self) {
   auto run = self->state.run;
   // A resumed search first finishes the candidate it was evaluating.
-  for (size_t i = 0; i < run->record.size(); ++i) {
-    auto v = run->record.vertex(i);
-    if (v.getState() == schema::VertexState::PENDING)
-      return run_lineage(self, {v.getIndex(), v.getParent(), v.getRound(), v.getStrategy().cStr(),
-                                v.getRationale().cStr(), messages::encode_root(v.getCandidate())});
-  }
+  for (size_t i = 0; i < run->record.size(); ++i)
+    if (run->record.vertex(i).getState() == schema::VertexState::PENDING)
+      return run_lineage(self, restart_of(run->record.vertex(i)));
   if (auto reason = run->stop_reason(); !reason.empty())
     return finish(self, reason);
-  auto fail = [self, run](caf::error err) {
-    if (current(self, run))
-      abort_search(self, std::move(err));
-  };
   // The planner moves from the best correct candidate (by its diagnosis) or, before there
   // is one, proposes templates; the first step that gives a new kernel comes next.
-  // More steps than the one taken: a step whose kernel is already in the graph is skipped.
-  ask_plan(self, *run, "", 8,
-    [self, run](std::shared_ptr<messages::decoded_message> plan) {
-      if (!current(self, run))
-        return;
-      auto p = plan->root<schema::Plan>();
-      if (p.getSteps().size() == 0) {
-        // "No template applies" and the like: the operator of the command should read why.
-        if (p.getMessage().size())
-          report(self, "planner: " + std::string(p.getMessage().cStr()));
-        return finish(self, "exhausted");
-      }
-      auto taken = std::make_shared<std::vector<std::string>>();
-      auto impl = std::make_shared<step_implementer<supervisor_impl>>(
-        self, run, plan, taken, 1,
-        [self, run](std::vector<implemented_step> found, std::vector<std::string> skipped) {
-          if (!current(self, run))
-            return;
-          for (const auto& s : skipped)
-            report(self, s);
-          if (found.empty())
-            return finish(self, "exhausted");
-          auto& f = found.front();
-          run_lineage(self, {static_cast<unsigned>(run->record.size()), f.parent,
-                             self->state.round, f.strategy, f.rationale, f.candidate});
-        });
-      impl->start();
-    },
-    fail);
+  next_in_chain(
+    self, [self](lineage_start start) { run_lineage(self, std::move(start)); },
+    [self](const std::string& text) { report(self, text); },
+    [self] { finish(self, "exhausted"); },
+    [self](caf::error err) { abort_search(self, std::move(err)); });
 }
 
 }  // namespace

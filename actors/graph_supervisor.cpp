@@ -94,7 +94,8 @@ void implement_round(supervisor_self self, std::vector<int> parents,
     std::vector<lineage_start> starts;
     for (auto& c : *children)
       starts.push_back({static_cast<unsigned>(run->record.size() + starts.size()), c.parent,
-                        self->state.round, c.strategy, c.rationale, c.candidate});
+                        self->state.round, c.strategy, c.rationale, c.candidate,
+                        c.expected_effect});
     return dispatch_round(self, std::move(starts));
   }
   // A first round (no parent) takes every template the planner proposes.
@@ -153,12 +154,9 @@ void next_round(supervisor_self self) {
   auto& record = run->record;
   // A resumed search first finishes the round it was in (its children were fixed).
   std::vector<lineage_start> pending;
-  for (size_t i = 0; i < record.size(); ++i) {
-    auto v = record.vertex(i);
-    if (v.getState() == schema::VertexState::PENDING)
-      pending.push_back({v.getIndex(), v.getParent(), v.getRound(), v.getStrategy().cStr(),
-                         v.getRationale().cStr(), messages::encode_root(v.getCandidate())});
-  }
+  for (size_t i = 0; i < record.size(); ++i)
+    if (record.vertex(i).getState() == schema::VertexState::PENDING)
+      pending.push_back(restart_of(record.vertex(i)));
   if (!pending.empty())
     return dispatch_round(self, std::move(pending));
   if (auto reason = run->stop_reason(); !reason.empty())

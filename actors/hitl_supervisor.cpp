@@ -398,53 +398,20 @@ void iterate(supervisor_self self) {
   auto run = self->state.run;
   // A resumed search first finishes the candidate it was evaluating, then asks again for the
   // decision it was waiting on.
-  for (size_t i = 0; i < run->record.size(); ++i) {
-    auto v = run->record.vertex(i);
-    if (v.getState() == schema::VertexState::PENDING)
-      return run_lineage(self, {v.getIndex(), v.getParent(), v.getRound(),
-                                v.getStrategy().cStr(), v.getRationale().cStr(),
-                                messages::encode_root(v.getCandidate()),
-                                v.getExpectedEffect().cStr()});
-  }
+  for (size_t i = 0; i < run->record.size(); ++i)
+    if (run->record.vertex(i).getState() == schema::VertexState::PENDING)
+      return run_lineage(self, restart_of(run->record.vertex(i)));
   for (size_t i = 0; i < run->record.size(); ++i)
     if (run->record.vertex(i).getDecision() == "awaiting")
       return propose(self, static_cast<unsigned>(i));
   if (auto reason = run->stop_reason(); !reason.empty())
     return end(self, reason);
-  auto fail = [self, run](caf::error err) {
-    if (current(self, run))
-      fail_search(self, std::move(err));
-  };
   // As auto: the planner moves from the best accepted candidate (the operator's feedback and
   // hints in its guidance); the first step giving a new kernel is evaluated and proposed.
-  ask_plan(self, *run, "", 8,
-    [self, run](std::shared_ptr<messages::decoded_message> plan) {
-      if (!current(self, run))
-        return;
-      auto p = plan->root<schema::Plan>();
-      if (p.getSteps().size() == 0) {
-        if (p.getMessage().size())
-          notice(self, "planner: " + std::string(p.getMessage().cStr()));
-        return end(self, "exhausted");
-      }
-      auto taken = std::make_shared<std::vector<std::string>>();
-      auto impl = std::make_shared<step_implementer<supervisor_impl>>(
-        self, run, plan, taken, 1,
-        [self, run](std::vector<implemented_step> found, std::vector<std::string> skipped) {
-          if (!current(self, run))
-            return;
-          for (const auto& s : skipped)
-            notice(self, s);
-          if (found.empty())
-            return end(self, "exhausted");
-          auto& f = found.front();
-          run_lineage(self, {static_cast<unsigned>(run->record.size()), f.parent,
-                             self->state.round, f.strategy, f.rationale, f.candidate,
-                             f.expected_effect});
-        });
-      impl->start();
-    },
-    fail);
+  next_in_chain(
+    self, [self](lineage_start start) { run_lineage(self, std::move(start)); },
+    [self](const std::string& text) { notice(self, text); }, [self] { end(self, "exhausted"); },
+    [self](caf::error err) { fail_search(self, std::move(err)); });
 }
 
 }  // namespace

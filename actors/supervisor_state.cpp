@@ -41,6 +41,51 @@ bool record_vertex(supervisor_self self, const std::string& vertex_bytes) {
   return true;
 }
 
+lineage_start restart_of(schema::Vertex::Reader v) {
+  return {v.getIndex(),           v.getParent(),
+          v.getRound(),           v.getStrategy().cStr(),
+          v.getRationale().cStr(), messages::encode_root(v.getCandidate()),
+          v.getExpectedEffect().cStr()};
+}
+
+void next_in_chain(supervisor_self self, std::function<void(lineage_start)> next,
+                   std::function<void(const std::string&)> say, std::function<void()> exhausted,
+                   std::function<void(caf::error)> fail) {
+  auto run = self->state.run;
+  ask_plan(
+    self, *run, "", 8,
+    [=](std::shared_ptr<messages::decoded_message> plan) {
+      if (!current(self, run))
+        return;
+      auto p = plan->root<schema::Plan>();
+      if (p.getSteps().size() == 0) {
+        // "No template applies" and the like: whoever runs the search should read why.
+        if (p.getMessage().size())
+          say("planner: " + std::string(p.getMessage().cStr()));
+        return exhausted();
+      }
+      auto taken = std::make_shared<std::vector<std::string>>();
+      auto impl = std::make_shared<step_implementer<supervisor_impl>>(
+        self, run, plan, taken, 1,
+        [=](std::vector<implemented_step> found, std::vector<std::string> skipped) {
+          if (!current(self, run))
+            return;
+          for (const auto& s : skipped)
+            say(s);
+          if (found.empty())
+            return exhausted();
+          auto& f = found.front();
+          next({static_cast<unsigned>(run->record.size()), f.parent, self->state.round,
+                f.strategy, f.rationale, f.candidate, f.expected_effect});
+        });
+      impl->start();
+    },
+    [=](caf::error err) {
+      if (current(self, run))
+        fail(std::move(err));
+    });
+}
+
 messages::supervisor_actor::behavior_type supervisor_behavior(
   supervisor_self self, messages::agent_pool pool, messages::tpu_node_actor node,
   messages::progress_listener_actor listener, std::function<void(supervisor_self)> next) {

@@ -4,6 +4,7 @@
 // adds its own loop (`next`). Included only by the supervisors' .cpp files.
 #pragma once
 
+#include "actors/lineage.hpp"
 #include "actors/search_run.hpp"
 #include "messages/agent_pool.hpp"
 #include "messages/operator_actor.hpp"
@@ -47,6 +48,18 @@ void finish(supervisor_self self, const std::string& reason);
 void abort_search(supervisor_self self, caf::error err);
 // Writes a vertex through to the record (and its graph file); false after aborting.
 bool record_vertex(supervisor_self self, const std::string& vertex_bytes);
+// A pending vertex as the lineage that evaluates it again (a resumed search).
+lineage_start restart_of(schema::Vertex::Reader v);
+
+// auto's and hitl's next step: a Plan from the best accepted vertex (8 steps asked: a step
+// whose kernel is already in the graph is skipped) and the first step that gives a new
+// kernel, handed to `next` as the next vertex's lineage. `say` gets the planner's reason
+// when it has no steps and each skipped step; `exhausted` is called when nothing new came,
+// `fail` with an infrastructure error. Answers that come after the search ended are dropped.
+void next_in_chain(supervisor_self self, std::function<void(lineage_start)> next,
+                   std::function<void(const std::string&)> say, std::function<void()> exhausted,
+                   std::function<void(caf::error)> fail);
+
 // Whether `run` is still the search under way (answers of an ended search are dropped).
 inline bool current(supervisor_self self, const std::shared_ptr<search_run>& run) {
   return self->state.run == run;
