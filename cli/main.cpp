@@ -2,6 +2,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
+#include "cli/operator_console.hpp"
 #include "cli/optimize_command.hpp"
 #include "cli/propose_command.hpp"
 #include "cli/template_command.hpp"
@@ -192,6 +193,19 @@ int main(int argc, char** argv) {
   template_cmd->add_option("--json", tmpl.json, "write the matches as JSON to FILE, or - for stdout");
   template_cmd->add_option("--state-dir", tmpl.state_dir, "where the evaluation store lives");
 
+  maxkernel::cli::console_options attach;
+  auto* attach_cmd = app.add_subcommand(
+    "attach", "attach this terminal to a hitl search's operator gateway and decide its proposals "
+              "(one line of input per proposal: a script on stdin works too)");
+  attach_cmd->add_option("ENDPOINT", attach.endpoint,
+                         "the gateway's endpoint, as optimize --mode hitl prints it "
+                         "(tcp://HOST:PORT or ipc:///path)")
+    ->required();
+  attach_cmd->add_option("--name", attach.name, "your operator name (default $USER)");
+  attach_cmd->add_option("--connect-timeout", attach.connect_timeout_seconds,
+                         "seconds to wait for the gateway's welcome (default 10)")
+    ->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -220,6 +234,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_optimize(opt);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
+    if (*attach_cmd)
+      return maxkernel::cli::run_attach(attach);
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << e.what() << "\n";
     return 3;
