@@ -177,3 +177,11 @@ TEST_F(AutoSupervisor, TheSameSearchWhateverOrderTheNodeAnswersIn) {
   EXPECT_EQ(at_once.r().getBest(), reversed.r().getBest());
   EXPECT_EQ(std::string(reversed.r().getStopReason().cStr()), "budget");
 }
+
+// Every vertex keeps the planner's expected effect of its step (PlanStep.expectedEffect).
+TEST_F(AutoSupervisor, VerticesKeepThePlannersExpectedEffect) {
+  auto o = optimize(spawn(), {.mode = "auto", .budget = 2});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  for (auto v : o.r().getVertices())
+    EXPECT_FALSE(v.getExpectedEffect().size() == 0) << v.getIndex();
+}

@@ -133,3 +133,11 @@ TEST_F(GraphSupervisor, RespectsTheBudgetEvenInTheMiddleOfARound) {
       EXPECT_NE(v.getState(), schema::VertexState::PENDING);
   }
 }
+
+// Every vertex keeps the planner's expected effect of its step (PlanStep.expectedEffect).
+TEST_F(GraphSupervisor, VerticesKeepThePlannersExpectedEffect) {
+  auto o = optimize(spawn(), {.mode = "graph", .budget = 3});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  for (auto v : o.r().getVertices())
+    EXPECT_FALSE(v.getExpectedEffect().size() == 0) << v.getIndex();
+}

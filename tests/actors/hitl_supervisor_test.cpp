@@ -127,6 +127,9 @@ TEST_F(HitlSupervisor, ApproveProposesTheNextStopEnds) {
     EXPECT_TRUE(p.getVertex().getHasDiagnosis());
     EXPECT_DOUBLE_EQ(p.getVertex().getTimeUs(), v.getTimeUs());
     EXPECT_FALSE(p.getDiff().size() == 0);
+    // the planner's expected effect of the step
+    EXPECT_FALSE(p.getExpectedEffect().size() == 0);
+    EXPECT_EQ(text(p.getExpectedEffect()), text(v.getExpectedEffect()));
   }
   // The first is diffed against nothing; every line of its kernel is added.
   auto p1 = op->proposal(0);
@@ -519,4 +522,35 @@ TEST_F(HitlSupervisor, AResumedSearchProposesTheWaitingVertexAgain) {
   EXPECT_TRUE(t[2].root<schema::TranscriptEntry>().isProposal());
   EXPECT_TRUE(t[3].root<schema::TranscriptEntry>().isProposal());
   EXPECT_TRUE(t[4].root<schema::TranscriptEntry>().isDecision());
+}
+
+// An evaluation budget ends a hitl search too, once the last proposal within it is decided.
+TEST_F(HitlSupervisor, StopsOnTheBudget) {
+  script({approve(), approve(), approve()});
+  auto s = hitl();
+  s.budget = 2;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  EXPECT_EQ(text(o.r().getStopReason()), "budget");
+  EXPECT_EQ(o.r().getVertices().size(), 2u);
+  EXPECT_EQ(op->proposals.size(), 2u);
+  EXPECT_EQ(op->proposal(1).getBudgetEvals(), 2u);
+  EXPECT_EQ(op->script.size(), 1u);  // the third decision was never asked for
+  EXPECT_EQ(node->requests, evaluations_of(o.r()));
+}
+
+// A decision on another proposal than the one asked: the search cannot go on (malformed), and
+// the shells are told it ended.
+TEST_F(HitlSupervisor, ADecisionForAnotherProposalEndsTheSearch) {
+  auto d = approve();
+  d.seq_offset = 1;
+  script({d});
+  auto o = optimize(spawn(), hitl());
+  ASSERT_TRUE(o.answered);
+  EXPECT_FALSE(o.result);
+  EXPECT_EQ(messages::code_of(o.error), messages::error_code::malformed_message);
+  EXPECT_NE(messages::message_of(o.error).find("#2"), std::string::npos)
+    << messages::message_of(o.error);
+  ASSERT_FALSE(op->events.empty());
+  EXPECT_TRUE(op->event(op->events.size() - 1).isEnded());
 }

@@ -250,7 +250,7 @@ messages::operator_actor spawn_scripted_operator(caf::actor_system& sys,
           }
           auto d = book->script.front();
           book->script.pop_front();
-          return decision_payload(seq, d);
+          return decision_payload(static_cast<unsigned>(static_cast<int>(seq) + d.seq_offset), d);
         },
         [book](messages::notify_atom, const payload& p) {
           std::string error;

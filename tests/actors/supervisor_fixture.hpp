@@ -82,6 +82,7 @@ struct scripted_decision {
   std::string source;
   uint32_t steps = 0;
   bool hold = false;  // no answer: the proposal waits
+  int seq_offset = 0;  // answers proposal seq + seq_offset (a confused shell)
   std::string who = "ana";
 };
 
