@@ -5,7 +5,7 @@
 #include "actors/supervisor_state.hpp"
 #include "actors/supervisor_steps.hpp"
 #include "maxkernel/schema/operator.capnp.h"
-#include "messages/content_hash.hpp"
+#include "messages/source_candidate.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/sec.hpp>
@@ -192,19 +192,12 @@ void adopt(supervisor_self self, unsigned index, unsigned seq, const std::string
                      std::move(strategy), std::move(rationale), candidate});
 }
 
-// A candidate of the operator's own source (ids are the source's hash, as every brain's).
+// A candidate of the operator's own source.
 std::string operator_candidate(const std::string& source, const std::string& parent_id,
                                const std::string& strategy, const std::string& who) {
   capnp::MallocMessageBuilder msg;
-  auto c = msg.initRoot<schema::Candidate>();
-  c.setSchemaVersion(schema::SCHEMA_VERSION);
-  c.setId(messages::sha256_hex(source));
-  c.setSource(source);
-  c.initParams(0);
-  c.setParentId(parent_id);
-  c.setStrategy(strategy);
-  c.setOrigin("operator:" + who);
-  c.setTemplate("");
+  messages::fill_source_candidate(msg.initRoot<schema::Candidate>(), source, parent_id, strategy,
+                                  "operator:" + who);
   return messages::encode(msg);
 }
 

@@ -1,6 +1,6 @@
 #include "messages/eval_request.hpp"
 
-#include "messages/content_hash.hpp"
+#include "messages/source_candidate.hpp"
 
 namespace maxkernel::messages {
 
@@ -11,10 +11,9 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
   request.setSpec(spec);
   request.setReference(settings.reference);
   auto candidate = request.initCandidate();
-  candidate.setSchemaVersion(schema::SCHEMA_VERSION);
-  candidate.setId(settings.reference ? "reference" : messages::sha256_hex(source));
-  candidate.setSource(source);
-  candidate.setOrigin(origin);
+  fill_source_candidate(candidate, source, "", "", origin);
+  if (settings.reference)
+    candidate.setId("reference");
   auto options = request.initOptions();
   options.setFull(settings.full);
   options.setProfileOnly(settings.profile_only);

@@ -8,7 +8,7 @@
 #include "agents/llm/prompt_text.hpp"
 #include "config/chip_loader.hpp"
 #include "maxkernel/schema/common.capnp.h"
-#include "messages/content_hash.hpp"
+#include "messages/source_candidate.hpp"
 
 #include <fmt/format.h>
 
@@ -80,14 +80,7 @@ std::string fenced(const std::string& source) {
 void fill_candidate(schema::Candidate::Builder c, const std::string& source,
                     const std::string& parent_id, const std::string& strategy,
                     const std::string& model) {
-  c.setSchemaVersion(schema::SCHEMA_VERSION);
-  c.setId(messages::sha256_hex(source));
-  c.setSource(source);
-  c.initParams(0);
-  c.setParentId(parent_id);
-  c.setStrategy(strategy);
-  c.setOrigin("llm:" + model);
-  c.setTemplate("");
+  messages::fill_source_candidate(c, source, parent_id, strategy, "llm:" + model);
 }
 
 // Each brain writes its usage whatever happens: the role chain sums it even when a brain
