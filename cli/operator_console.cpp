@@ -143,7 +143,9 @@ std::string describe_decision(schema::Decision::Reader d) {
     case schema::DecisionKind::HAND_OVER:
       out += fmt::format(": {} steps", d.getSteps());
       break;
-    default:
+    default:  // approve, stop: a policy or auto says why
+      if (!text.empty())
+        out += ": " + text;
       break;
   }
   return out;

@@ -250,6 +250,14 @@ TEST_F(OperatorConsole, AScriptOnStdinAnswersEachProposalInTurn) {
   EXPECT_EQ(d7->seq, 7u);
   EXPECT_EQ(d7->kind, DecisionKind::STOP);
 
+  // A decision the supervisor took itself (a timeout policy, auto) shows why.
+  notify(event([](auto ev) {
+    auto d = ev.initDecided();
+    d.setSchemaVersion(schema::SCHEMA_VERSION);
+    d.setSeq(6);
+    d.setOperator("auto");
+    d.setText("handed over (1 more)");
+  }));
   notify(event([](auto ev) { ev.setEnded("stopped by alice; best vertex 4, 2.00x"); }));
   console.join();
   EXPECT_EQ(console.rc, 0) << console.err.str();
@@ -278,6 +286,7 @@ TEST_F(OperatorConsole, AScriptOnStdinAnswersEachProposalInTurn) {
          "error: handover needs a number of steps >= 1",
          "decided #5: handover by alice: 2 steps\n",
          "auto #6: vertex 9 (growBlock {\"bm\":512}) parent 7 (handed over: 2 steps left)\n",
+         "decided #6: approve by auto: handed over (1 more)\n",
          "decided #7: stop by alice\n",
          "ended: stopped by alice; best vertex 4, 2.00x\n",
        })

@@ -401,7 +401,7 @@ TEST_F(OperatorGateway, APolicyDecisionWithdrawsTheProposal) {
   shell alice(ctx_, endpoint_);
   alice.attach("alice");
   alice.expect("welcome");
-  auto h = self_->request(gw_, 5s, messages::propose_atom::value, proposal(3, 5));
+  [[maybe_unused]] auto h = self_->request(gw_, 5s, messages::propose_atom::value, proposal(3, 5));
   alice.expect("proposal");
   caf::anon_send(gw_, messages::notify_atom::value, decided_notice(3, "policy"));
   auto d = alice.expect("decided");
@@ -463,6 +463,14 @@ TEST_F(OperatorGateway, MalformedFramesAreRefusedAndTheGatewayGoesOn) {
   zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::poll(items, 1, 2000ms);
   ASSERT_TRUE(items[0].revents & ZMQ_POLLIN);
+  zmq::message_t reply;
+  ASSERT_TRUE(raw.recv(reply));
+  std::string err;
+  auto refused = messages::decode<schema::OperatorEvent>(reply.to_string(), err);
+  ASSERT_TRUE(refused) << err;
+  ASSERT_TRUE(refused->root<schema::OperatorEvent>().isRefused());
+  EXPECT_NE(std::string(refused->root<schema::OperatorEvent>().getRefused()).find("got 2 frames"),
+            std::string::npos);
   // Not attached: anything but attach is refused.
   mallory.ping();
   EXPECT_EQ(mallory.expect("refused").text, "attach first");
