@@ -185,3 +185,30 @@ TEST_F(AutoSupervisor, VerticesKeepThePlannersExpectedEffect) {
   for (auto v : o.r().getVertices())
     EXPECT_FALSE(v.getExpectedEffect().size() == 0) << v.getIndex();
 }
+
+// A deadline that passed (worker_timeout) is the candidate's failure (class timeout), not the
+// search's: the lineage goes to the debugger and the search goes on.
+TEST_F(AutoSupervisor, ADeadlinePassedIsTheCandidatesFailure) {
+  node->errors[1] = messages::error_code::worker_timeout;
+  auto o = optimize(spawn(), {.mode = "auto", .budget = 2, .max_repairs = 1});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto v0 = o.r().getVertices()[0];
+  ASSERT_GE(v0.getAttemptFailures().size(), 1u);
+  EXPECT_EQ(std::string(v0.getAttemptFailures()[0].cStr()), "timeout");
+  EXPECT_EQ(o.r().getCandidatesEvaluated(), 2u);
+  EXPECT_EQ(std::string(o.r().getStopReason().cStr()), "budget");
+}
+
+// Any other node error stops the search with that error (the infrastructure cannot go on).
+TEST_F(AutoSupervisor, ANodeThatCannotAnswerStopsTheSearch) {
+  node->errors[2] = messages::error_code::worker_unavailable;
+  auto sup = spawn();
+  auto o = optimize(sup, {.mode = "auto", .budget = 3});
+  ASSERT_TRUE(o.answered);
+  EXPECT_FALSE(o.result);
+  EXPECT_EQ(messages::code_of(o.error), messages::error_code::worker_unavailable);
+  // the supervisor is idle again: a new search is accepted
+  node->errors.clear();
+  auto again = optimize(sup, {.mode = "auto", .budget = 1});
+  ASSERT_TRUE(again.result) << messages::message_of(again.error);
+}

@@ -554,3 +554,83 @@ TEST_F(HitlSupervisor, ADecisionForAnotherProposalEndsTheSearch) {
   ASSERT_FALSE(op->events.empty());
   EXPECT_TRUE(op->event(op->events.size() - 1).isEnded());
 }
+
+// A node that cannot answer ends a hitl search with its error; the shells are told.
+TEST_F(HitlSupervisor, ANodeThatCannotAnswerEndsTheSearch) {
+  script({approve(), approve()});
+  node->errors[1] = messages::error_code::worker_unavailable;
+  auto o = optimize(spawn(), hitl());
+  ASSERT_TRUE(o.answered);
+  EXPECT_FALSE(o.result);
+  EXPECT_EQ(messages::code_of(o.error), messages::error_code::worker_unavailable);
+  EXPECT_TRUE(op->proposals.empty());
+  ASSERT_FALSE(op->events.empty());
+  EXPECT_TRUE(op->event(op->events.size() - 1).isEnded());
+}
+
+// A kernel that fails (no repairs allowed) is proposed as it is, with its failure; approved,
+// it is still no best.
+TEST_F(HitlSupervisor, AFailedKernelIsProposedAndNeverTheBest) {
+  node->fail_first = true;
+  script({approve(), decision(DecisionKind::STOP)});
+  auto s = hitl();
+  s.max_repairs = 0;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  ASSERT_GE(op->proposals.size(), 1u);
+  auto p = op->proposal(0).getVertex();
+  EXPECT_EQ(p.getState(), schema::VertexState::FAILED);
+  EXPECT_FALSE(p.getCorrect());
+  EXPECT_EQ(text(p.getFailureClass()), "vmemOom");
+  EXPECT_EQ(text(o.r().getVertices()[0].getDecision()), "approved");
+  EXPECT_NE(o.r().getBest(), 0);
+  for (auto v : o.r().getVertices())
+    EXPECT_NE(v.getParent(), 0);
+}
+
+// Resume while the operator's edit is being evaluated: the edit (a pending vertex) is evaluated
+// again and proposed; nothing that had finished is evaluated again.
+TEST_F(HitlSupervisor, AResumedSearchFinishesAPendingEditThenProposesIt) {
+  search::test::temp_dir dir;
+  auto s = hitl();
+  s.graph_path = dir.file("graph.sqlite");
+  script({edit({{"block_rows", "128"}})});
+  node->order = answer_order::forward;
+  auto first = spawn();
+  start(first, s);
+  // answer everything until the edited kernel is at the node, then kill the supervisor
+  for (;;) {
+    env.run_messages();
+    ASSERT_FALSE(node->held.empty()) << "the search ended before the edit was evaluated";
+    if (!op->proposals.empty())
+      break;
+    env.self->send(node_actor, release_atom::value);
+  }
+  ASSERT_EQ(op->proposals.size(), 1u);
+  std::string proposed = op->proposal(0).getVertex().getCandidate().getSource().cStr();
+  std::string edited = node->sources.back();
+  ASSERT_NE(edited, proposed);
+  env.self->send_exit(first, caf::exit_reason::kill);
+  env.run_messages();
+  node->held.clear();
+  node->order = answer_order::at_once;
+  auto before = node->sources.size();
+
+  script({decision(DecisionKind::STOP)});
+  s.resume = true;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  ASSERT_EQ(r.getVertices().size(), 2u);
+  EXPECT_EQ(text(r.getVertices()[0].getDecision()), "edited");
+  EXPECT_EQ(r.getVertices()[1].getParent(), 0);
+  EXPECT_EQ(text(r.getVertices()[1].getCandidate().getSource()), edited);
+  // only the edit went to the node again
+  for (size_t i = before; i < node->sources.size(); ++i)
+    EXPECT_EQ(node->sources[i], edited) << i;
+  EXPECT_GT(node->sources.size(), before);
+  ASSERT_EQ(op->proposals.size(), 2u);
+  EXPECT_EQ(op->proposal(1).getSeq(), 2u);
+  EXPECT_EQ(op->proposal(1).getVertex().getIndex(), 1u);
+  EXPECT_EQ(text(r.getStopReason()), "operator");
+}

@@ -169,6 +169,9 @@ stand_in_node spawn_stand_in_node(caf::actor_system& sys, std::shared_ptr<node_b
       if (!req)
         return messages::make_error(messages::error_code::malformed_message, error);
       auto reply = eval_result(req->root<schema::EvalRequest>(), *book);
+      if (auto e = book->errors.find(book->requests); e != book->errors.end())
+        return messages::make_error(e->second, "stand-in node: request " +
+                                                 std::to_string(book->requests));
       if (book->order == answer_order::at_once)
         return reply;
       auto rp = self->make_response_promise<payload>();

@@ -14,6 +14,7 @@
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/agent_pool.hpp"
 #include "messages/capnp_io.hpp"
+#include "messages/error.hpp"
 #include "messages/operator_actor.hpp"
 #include "messages/payload.hpp"
 #include "messages/supervisor_actor.hpp"
@@ -26,6 +27,7 @@
 #include <capnp/message.h>
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -57,6 +59,7 @@ struct node_book {
   std::set<std::string> failing;       // kernels answered with a lowering failure (vmemOom)
   bool fail_first = false;             // the first kernel it is asked about joins `failing`
   answer_order order = answer_order::at_once;  // forward/reversed: held until released
+  std::map<unsigned, messages::error_code> errors;  // request n (from 1) answered with an error
   std::vector<std::pair<caf::typed_response_promise<payload>, payload>> held;
   size_t max_held = 0;                 // the most answers released at once
 
