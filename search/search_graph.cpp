@@ -2,30 +2,21 @@
 
 #include "messages/capnp_io.hpp"
 #include "messages/version.hpp"
+#include "search/sqlite_database.hpp"
 
 #include <maxkernel/schema/search.capnp.h>
 #include <sqlite3.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <system_error>
-#include <thread>
 #include <tuple>
 
 namespace maxkernel::search {
 
 namespace {
 
-// As the evaluation store's: writers hold the lock for milliseconds, so a long wait means
-// something is stuck rather than busy.
-constexpr int busy_timeout_ms = 15000;
-// PRAGMA application_id of a maxkernel database ("MXKN"), shared with the evaluation store:
-// both may live in the state directory's one database.
-constexpr int application_id = 0x4d584b4e;
-// Our row in `meta`; the evaluation store has its own.
-constexpr const char* component = "search_graph";
 
 // Vertices and edges belong to their search; deleting a search deletes them (begin without
 // resume deletes them explicitly too, so nothing depends on the foreign_keys pragma).
@@ -82,16 +73,6 @@ constexpr const char* vertex_columns =
 constexpr const char* search_columns =
     "key, task, mode, chip, spec, settings, maxkernel_version, created_at, updated_at";
 
-bool busy(int rc) {
-  int primary = rc & 0xff;
-  return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
-}
-
-std::string message(sqlite3* h, int rc) {
-  const char* m = h ? sqlite3_errmsg(h) : nullptr;
-  return m && *m ? m : sqlite3_errstr(rc);
-}
-
 const char* state_name(schema::VertexState s) {
   switch (s) {
     case schema::VertexState::PENDING: return "pending";
@@ -127,10 +108,17 @@ bool remove_database_files(const std::string& path, std::string& error) {
   return true;
 }
 
+// The search graph's tables in the state directory's database. FULL: a vertex is durable when
+// put_vertex returns, even across a power cut (one fsync of the WAL per vertex, next to seconds
+// of evaluation per vertex).
+const database_component graph_component{
+  "search_graph", "search graph", search_graph::schema_version, create_sql, transcript_sql,
+  "FULL", "use a newer maxkernel or another file"};
+
 }  // namespace
 
 struct search_graph::db {
-  sqlite3* handle = nullptr;
+  std::unique_ptr<sqlite_database> conn;
   sqlite3_stmt* put_vertex = nullptr;
   sqlite3_stmt* put_edge = nullptr;
   sqlite3_stmt* drop_edge = nullptr;
@@ -138,243 +126,31 @@ struct search_graph::db {
   sqlite3_stmt* list = nullptr;
   sqlite3_stmt* append_entry = nullptr;
   sqlite3_stmt* list_entries = nullptr;
-  std::mutex mutex;  // one connection, used by one thread at a time
-
-  ~db() {
-    for (auto* st : {put_vertex, put_edge, drop_edge, touch, list, append_entry, list_entries})
-      sqlite3_finalize(st);
-    sqlite3_close(handle);
-  }
-
-  bool exec(const char* sql, std::string& error) {
-    char* msg = nullptr;
-    int rc = sqlite3_exec(handle, sql, nullptr, nullptr, &msg);
-    if (rc != SQLITE_OK) {
-      error = msg ? msg : sqlite3_errstr(rc);
-      sqlite3_free(msg);
-      return false;
-    }
-    return true;
-  }
-
-  bool query_text(const char* sql, std::string& out, std::string& error) {
-    statement s;
-    int rc = sqlite3_prepare_v2(handle, sql, -1, &s.st, nullptr);
-    if (rc == SQLITE_OK) {
-      rc = sqlite3_step(s.st);
-      if (rc == SQLITE_ROW) {
-        auto text = sqlite3_column_text(s.st, 0);
-        out = text ? reinterpret_cast<const char*>(text) : "";
-        rc = SQLITE_OK;
-      } else if (rc == SQLITE_DONE) {
-        out.clear();
-        rc = SQLITE_OK;
-      }
-    }
-    if (rc != SQLITE_OK)
-      error = message(handle, rc);
-    return rc == SQLITE_OK;
-  }
-
-  bool query_int(const char* sql, int64_t& out, std::string& error) {
-    statement s;
-    int rc = sqlite3_prepare_v2(handle, sql, -1, &s.st, nullptr);
-    if (rc == SQLITE_OK) {
-      rc = sqlite3_step(s.st);
-      if (rc == SQLITE_ROW) {
-        out = sqlite3_column_int64(s.st, 0);
-        rc = SQLITE_OK;
-      }
-    }
-    if (rc != SQLITE_OK)
-      error = message(handle, rc);
-    return rc == SQLITE_OK;
-  }
-
-  bool prepare(const char* sql, sqlite3_stmt*& st, std::string& error) {
-    int rc = sqlite3_prepare_v3(handle, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr);
-    if (rc != SQLITE_OK)
-      error = message(handle, rc);
-    return rc == SQLITE_OK;
-  }
-
-  // Steps a write statement to completion and resets it; false with error otherwise.
-  bool run(sqlite3_stmt* st, std::string& error) {
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-      error = message(handle, rc);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    return rc == SQLITE_DONE;
-  }
-
-  // Ends the transaction begun by BEGIN IMMEDIATE: commits when ok, else rolls back.
-  bool finish(bool ok, std::string& error) {
-    std::string ignored;
-    if (!ok) {
-      exec("ROLLBACK", ignored);
-      return false;
-    }
-    if (exec("COMMIT", error))
-      return true;
-    exec("ROLLBACK", ignored);
-    return false;
-  }
-
-  // journal_mode=WAL takes an exclusive lock the busy handler does not wait for when another
-  // process is creating the same database: retry for as long as the busy timeout.
-  bool use_wal(bool memory, std::string& error) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
-    for (;;) {
-      std::string mode;
-      if (query_text("PRAGMA journal_mode=WAL", mode, error)) {
-        if (mode == "wal" || (memory && mode == "memory"))
-          return true;
-        error = "journal mode WAL is not available (SQLite left it at '" + mode +
-                "'; is the file on a network file system?)";
-        return false;
-      }
-      if (!busy(sqlite3_extended_errcode(handle)) || std::chrono::steady_clock::now() > deadline)
-        return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-
-  // Creates or checks the tables under one write lock, so that two processes opening a new
-  // file at once do not both create it.
-  bool set_up_schema(const std::string& path, std::string& error) {
-    if (!exec("BEGIN IMMEDIATE", error))
-      return false;
-    return finish(check_and_create(path, error), error);
-  }
-
-  bool check_and_create(const std::string& path, std::string& error) {
-    int64_t app = 0, tables = 0, has_meta = 0;
-    if (!query_int("PRAGMA application_id", app, error) ||
-        !query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-                   "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'", tables, error) ||
-        !query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                   has_meta, error))
-      return false;
-    if (app != 0 && app != application_id) {
-      error = path + ": a SQLite database of another application (application_id " +
-              std::to_string(app) + "), not a maxkernel search graph";
-      return false;
-    }
-    if (app == 0 && tables > 0) {
-      error = path + ": a SQLite database with tables of its own, not a maxkernel search graph";
-      return false;
-    }
-    if (has_meta) {
-      statement s;
-      int rc = sqlite3_prepare_v2(handle, "SELECT schema_version FROM meta WHERE component = ?",
-                                  -1, &s.st, nullptr);
-      if (rc == SQLITE_OK) {
-        sqlite3_bind_text(s.st, 1, component, -1, SQLITE_STATIC);
-        rc = sqlite3_step(s.st);
-      }
-      if (rc == SQLITE_ROW) {
-        bool integer = sqlite3_column_type(s.st, 0) == SQLITE_INTEGER;
-        int64_t version = sqlite3_column_int64(s.st, 0);
-        if (!integer || version < 1) {
-          error = path + ": the meta table's schema version of the search graph is not a "
-                         "version number";
-          return false;
-        }
-        if (version > schema_version) {
-          error = path + ": the search graph has schema version " + std::to_string(version) +
-                  ", newer than this maxkernel's (" + std::to_string(schema_version) +
-                  "); use a newer maxkernel or another file";
-          return false;
-        }
-        if (version < schema_version) {
-          // Version 1 is the first; a later version migrates older ones here.
-          error = path + ": the search graph has schema version " + std::to_string(version) +
-                  ", which this maxkernel (version " + std::to_string(schema_version) +
-                  ") cannot migrate";
-          return false;
-        }
-        return exec(transcript_sql, error);
-      }
-      if (rc != SQLITE_DONE) {
-        error = message(handle, rc);
-        return false;
-      }
-      // meta written by another store of the same database: add ours below.
-    }
-    std::string set_id = "PRAGMA application_id = " + std::to_string(application_id);
-    std::string insert_meta = "INSERT INTO meta(component, schema_version) VALUES ('" +
-                              std::string(component) + "', " + std::to_string(schema_version) +
-                              ")";
-    return exec(create_sql, error) && exec(transcript_sql, error) &&
-           exec(set_id.c_str(), error) && exec(insert_meta.c_str(), error);
-  }
 };
 
 std::unique_ptr<search_graph> search_graph::open(const std::string& path, std::string& error) {
-  namespace fs = std::filesystem;
-  error.clear();
-  if (path.empty()) {
-    error = "search graph: the path is empty";
-    return nullptr;
-  }
-  bool memory = path == ":memory:";
-  if (!memory) {
-    std::error_code ec;
-    fs::path p(path);
-    if (p.has_parent_path() && !fs::is_directory(p.parent_path(), ec)) {
-      fs::create_directories(p.parent_path(), ec);
-      if (ec) {
-        error = path + ": cannot create the directory " + p.parent_path().string() + ": " +
-                ec.message();
-        return nullptr;
-      }
-    }
-    if (fs::is_directory(p, ec)) {
-      error = path + ": is a directory, not a search graph file";
-      return nullptr;
-    }
-  }
-
   auto d = std::make_unique<db>();
-  int rc = sqlite3_open_v2(path.c_str(), &d->handle,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  d->conn = sqlite_database::open(path, graph_component, error);
+  if (!d->conn)
+    return nullptr;
+  std::string why;
   auto fail = [&](const std::string& what) {
     error = path + ": cannot open the search graph: " + what;
     return nullptr;
   };
-  if (rc != SQLITE_OK)
-    return fail(message(d->handle, rc));
-  sqlite3_extended_result_codes(d->handle, 1);
-  sqlite3_busy_timeout(d->handle, busy_timeout_ms);
-  if (sqlite3_db_readonly(d->handle, "main") == 1)
-    return fail("the file is not writable");
-  std::string why;
-  // The first statements read the file: a file that is not a database fails here.
-  if (!d->use_wal(memory, why))
-    return fail(why);
-  // FULL: a vertex is durable when put_vertex returns, even across a power cut (one fsync of
-  // the WAL per vertex, next to seconds of evaluation per vertex).
-  if (!d->exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", why))
-    return fail(why);
-  if (!d->set_up_schema(path, why)) {
-    error = why.rfind(path + ": ", 0) == 0 ? why : path + ": cannot open the search graph: " + why;
-    return nullptr;
-  }
   std::string put_vertex = std::string("INSERT OR REPLACE INTO vertices(") + vertex_columns +
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-  if (!d->prepare(put_vertex.c_str(), d->put_vertex, why) ||
-      !d->prepare("INSERT OR REPLACE INTO edges(search_key, parent, child, strategy) "
+  if (!d->conn->prepare(put_vertex.c_str(), d->put_vertex, why) ||
+      !d->conn->prepare("INSERT OR REPLACE INTO edges(search_key, parent, child, strategy) "
                   "VALUES (?, ?, ?, ?)", d->put_edge, why) ||
-      !d->prepare("DELETE FROM edges WHERE search_key = ? AND child = ?", d->drop_edge, why) ||
-      !d->prepare("UPDATE searches SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+      !d->conn->prepare("DELETE FROM edges WHERE search_key = ? AND child = ?", d->drop_edge, why) ||
+      !d->conn->prepare("UPDATE searches SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
                   "WHERE key = ?", d->touch, why) ||
-      !d->prepare("SELECT bytes FROM vertices WHERE search_key = ? ORDER BY idx", d->list, why) ||
-      !d->prepare("INSERT INTO transcript(search_key, n, bytes) SELECT ?1, "
+      !d->conn->prepare("SELECT bytes FROM vertices WHERE search_key = ? ORDER BY idx", d->list, why) ||
+      !d->conn->prepare("INSERT INTO transcript(search_key, n, bytes) SELECT ?1, "
                   "coalesce(max(n) + 1, 0), ?2 FROM transcript WHERE search_key = ?1",
                   d->append_entry, why) ||
-      !d->prepare("SELECT bytes FROM transcript WHERE search_key = ? ORDER BY n", d->list_entries,
+      !d->conn->prepare("SELECT bytes FROM transcript WHERE search_key = ? ORDER BY n", d->list_entries,
                   why))
     return fail(why);
   return std::unique_ptr<search_graph>(new search_graph(std::move(d), path));
@@ -391,19 +167,19 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
     error = path_ + ": cannot begin a search without a key";
     return false;
   }
-  std::lock_guard lock(db_->mutex);
+  std::lock_guard lock(db_->conn->mutex);
   std::string why;
   auto fail = [&] {
     error = path_ + ": cannot begin search " + h.key + ": " + why;
     return false;
   };
-  if (!db_->exec("BEGIN IMMEDIATE", why))
+  if (!db_->conn->exec("BEGIN IMMEDIATE", why))
     return fail();
   // Reads the existing row, if any, inside the write lock.
   bool exists = false, ok = true;
   {
     statement s;
-    int rc = sqlite3_prepare_v2(db_->handle, "SELECT task, mode, chip FROM searches WHERE key = ?",
+    int rc = sqlite3_prepare_v2(db_->conn->handle(), "SELECT task, mode, chip FROM searches WHERE key = ?",
                                 -1, &s.st, nullptr);
     if (rc == SQLITE_OK) {
       s.text(1, h.key);
@@ -423,7 +199,7 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
         ok = false;
       }
     } else if (rc != SQLITE_DONE) {
-      why = message(db_->handle, rc);
+      why = db_->conn->message(rc);
       ok = false;
     }
   }
@@ -431,7 +207,7 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
     if (!ok)
       return;
     statement s;
-    int rc = sqlite3_prepare_v2(db_->handle, sql, -1, &s.st, nullptr);
+    int rc = sqlite3_prepare_v2(db_->conn->handle(), sql, -1, &s.st, nullptr);
     if (rc == SQLITE_OK) {
       static const std::string version = messages::maxkernel_version();
       s.text(1, h.key);
@@ -446,7 +222,7 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
       rc = sqlite3_step(s.st);
     }
     if (rc != SQLITE_DONE) {
-      why = message(db_->handle, rc);
+      why = db_->conn->message(rc);
       ok = false;
     }
   };
@@ -464,7 +240,7 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
     run("INSERT INTO searches(key, task, mode, chip, spec, settings, maxkernel_version) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", true);
   }
-  if (!db_->finish(ok, why))
+  if (!db_->conn->finish(ok, why))
     return fail();
   resumed = exists && resume;
   key_ = h.key;
@@ -507,9 +283,9 @@ bool search_graph::put_vertices(const std::vector<std::string>& all, std::string
     decoded.push_back(std::move(*msg));
   }
 
-  std::lock_guard lock(db_->mutex);
+  std::lock_guard lock(db_->conn->mutex);
   std::string why;
-  if (!db_->exec("BEGIN IMMEDIATE", why)) {
+  if (!db_->conn->exec("BEGIN IMMEDIATE", why)) {
     error = path_ + ": search " + key_ + ": cannot store vertices: " + why;
     return false;
   }
@@ -542,27 +318,27 @@ bool search_graph::put_vertices(const std::vector<std::string>& all, std::string
     text(st, 10, candidate.getTemplate());
     text(st, 11, v.getFailureClass());
     sqlite3_bind_blob(st, 12, bytes.data(), static_cast<int>(bytes.size()), SQLITE_STATIC);
-    ok = db_->run(st, why);
+    ok = db_->conn->run(st, why);
     if (ok && parent >= 0) {
       st = db_->put_edge;
       text(st, 1, key_);
       sqlite3_bind_int64(st, 2, parent);
       sqlite3_bind_int64(st, 3, index);
       text(st, 4, strategy);
-      ok = db_->run(st, why);
+      ok = db_->conn->run(st, why);
     } else if (ok) {
       // A replaced vertex that became a root loses its old edge.
       st = db_->drop_edge;
       text(st, 1, key_);
       sqlite3_bind_int64(st, 2, index);
-      ok = db_->run(st, why);
+      ok = db_->conn->run(st, why);
     }
   }
   if (ok) {
     text(db_->touch, 1, key_);
-    ok = db_->run(db_->touch, why);
+    ok = db_->conn->run(db_->touch, why);
   }
-  if (!db_->finish(ok, why)) {
+  if (!db_->conn->finish(ok, why)) {
     error = path_ + ": search " + key_ + ": cannot store vertex " + std::to_string(index) + ": " +
             why;
     return false;
@@ -575,13 +351,13 @@ bool search_graph::append_transcript(const std::string& entry_bytes, std::string
     error = path_ + ": cannot write the transcript before a search is begun";
     return false;
   }
-  std::lock_guard lock(db_->mutex);
+  std::lock_guard lock(db_->conn->mutex);
   sqlite3_stmt* st = db_->append_entry;
   sqlite3_bind_text(st, 1, key_.data(), static_cast<int>(key_.size()), SQLITE_STATIC);
   sqlite3_bind_blob(st, 2, entry_bytes.data(), static_cast<int>(entry_bytes.size()),
                     SQLITE_STATIC);
   std::string why;
-  if (!db_->run(st, why)) {
+  if (!db_->conn->run(st, why)) {
     error = path_ + ": search " + key_ + ": cannot write the transcript: " + why;
     return false;
   }
@@ -603,7 +379,7 @@ std::vector<std::string> search_graph::rows(sqlite3_stmt* st, const char* what,
     error = path_ + ": cannot list " + what + " before a search is begun";
     return out;
   }
-  std::lock_guard lock(db_->mutex);
+  std::lock_guard lock(db_->conn->mutex);
   sqlite3_bind_text(st, 1, key_.data(), static_cast<int>(key_.size()), SQLITE_STATIC);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -612,7 +388,7 @@ std::vector<std::string> search_graph::rows(sqlite3_stmt* st, const char* what,
   }
   if (rc != SQLITE_DONE) {
     error = path_ + ": search " + key_ + ": cannot list " + what + ": " +
-            message(db_->handle, rc);
+            db_->conn->message(rc);
     out.clear();
   }
   // Reset at once: a statement left open would hold a read snapshot of the WAL.
@@ -649,23 +425,23 @@ bool search_graph::copy_to(const std::string& out_path, std::string& error) cons
       return false;
     }
   }
-  std::lock_guard lock(db_->mutex);
+  std::lock_guard lock(db_->conn->mutex);
   std::string why;
   bool ok;
   {
     statement s;
-    int rc = sqlite3_prepare_v2(db_->handle, "ATTACH DATABASE ? AS out_copy", -1, &s.st, nullptr);
+    int rc = sqlite3_prepare_v2(db_->conn->handle(), "ATTACH DATABASE ? AS out_copy", -1, &s.st, nullptr);
     if (rc == SQLITE_OK) {
       s.text(1, out_path);
       rc = sqlite3_step(s.st);
     }
     ok = rc == SQLITE_DONE;
     if (!ok)
-      why = message(db_->handle, rc);
+      why = db_->conn->message(rc);
   }
   if (!ok)
     return fail(why);
-  ok = db_->exec("BEGIN IMMEDIATE", why);
+  ok = db_->conn->exec("BEGIN IMMEDIATE", why);
   for (auto [table, columns, key_column] :
        {std::tuple{"searches", search_columns, "key"},
         std::tuple{"vertices", vertex_columns, "search_key"},
@@ -676,19 +452,19 @@ bool search_graph::copy_to(const std::string& out_path, std::string& error) cons
     std::string sql = std::string("INSERT INTO out_copy.") + table + "(" + columns + ") SELECT " +
                       columns + " FROM main." + table + " WHERE " + key_column + " = ?";
     statement s;
-    int rc = sqlite3_prepare_v2(db_->handle, sql.c_str(), -1, &s.st, nullptr);
+    int rc = sqlite3_prepare_v2(db_->conn->handle(), sql.c_str(), -1, &s.st, nullptr);
     if (rc == SQLITE_OK) {
       s.text(1, key_);
       rc = sqlite3_step(s.st);
     }
     if (rc != SQLITE_DONE) {
-      why = message(db_->handle, rc);
+      why = db_->conn->message(rc);
       ok = false;
     }
   }
-  ok = db_->finish(ok, why);
+  ok = db_->conn->finish(ok, why);
   std::string detach_error;
-  bool detached = db_->exec("DETACH DATABASE out_copy", detach_error);
+  bool detached = db_->conn->exec("DETACH DATABASE out_copy", detach_error);
   if (!ok)
     return fail(why);
   if (!detached)
@@ -698,11 +474,11 @@ bool search_graph::copy_to(const std::string& out_path, std::string& error) cons
   int rc = sqlite3_open_v2(out_path.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr);
   char* msg = nullptr;
   if (rc == SQLITE_OK) {
-    sqlite3_busy_timeout(h, busy_timeout_ms);
+    sqlite3_busy_timeout(h, sqlite_database::busy_timeout_ms);
     rc = sqlite3_exec(h, "PRAGMA journal_mode = DELETE", nullptr, nullptr, &msg);
   }
   if (rc != SQLITE_OK)
-    why = msg ? msg : message(h, rc);
+    why = msg ? msg : (h ? sqlite3_errmsg(h) : sqlite3_errstr(rc));
   sqlite3_free(msg);
   sqlite3_close(h);
   if (rc != SQLITE_OK)
