@@ -123,12 +123,22 @@ int main(int argc, char** argv) {
   maxkernel::cli::optimize_options opt;
   auto* optimize_cmd = app.add_subcommand(
     "optimize", "search for the fastest correct kernel (auto: one trajectory; graph: a search "
-                "graph fanned out over every node)");
+                "graph fanned out over every node; hitl: auto's steps, each decided by an "
+                "operator attached with `maxkernel attach`)");
   optimize_cmd->add_option("SPEC", opt.spec,
                            "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
     ->required();
-  optimize_cmd->add_option("--mode", opt.mode, "auto | graph (default auto)")
-    ->check(CLI::IsMember({"auto", "graph"}));
+  optimize_cmd->add_option("--mode", opt.mode, "auto | graph | hitl (default auto)")
+    ->check(CLI::IsMember({"auto", "graph", "hitl"}));
+  optimize_cmd->add_option("--operator-endpoint", opt.operator_endpoint,
+                           "hitl: where operator shells attach (default tcp://127.0.0.1:*, any "
+                           "free port; or ipc:///path)");
+  optimize_cmd->add_option("--operator-timeout", opt.operator_timeout,
+                           "hitl: seconds a proposal waits for a decision (0: forever)")
+    ->check(CLI::NonNegativeNumber);
+  optimize_cmd->add_option("--on-timeout", opt.on_timeout,
+                           "hitl: what a timeout decides: wait | approve | stop (default wait)")
+    ->check(CLI::IsMember({"wait", "approve", "stop"}));
   optimize_cmd->add_option("--chip", opt.chip, "target chip (wins over the spec's)")
     ->check(CLI::IsMember(chips));
   optimize_cmd->add_option("--nodes", opt.nodes, "simulated TPU devices (default 8)")

@@ -66,6 +66,9 @@ void proposal_body(std::ostringstream& o, schema::Proposal::Reader p) {
   if (p.getExpectedEffect().size() > 0)
     o << "\n  expected: " << text_of(p.getExpectedEffect());
   auto verdict = text_of(v.getVerdict());
+  // The tester's summary of a correct kernel may itself begin with "correct: ".
+  if (v.getCorrect() && verdict.rfind("correct: ", 0) == 0)
+    verdict = verdict.substr(9);
   if (v.getCorrect())
     o << "\n  result: correct" << (verdict.empty() ? "" : ": " + verdict);
   else
