@@ -634,3 +634,42 @@ TEST_F(HitlSupervisor, AResumedSearchFinishesAPendingEditThenProposesIt) {
   EXPECT_EQ(op->proposal(1).getVertex().getIndex(), 1u);
   EXPECT_EQ(text(r.getStopReason()), "operator");
 }
+
+// A hand-over outlives a resume: the operator let auto decide 3 proposals; the search is
+// killed after auto decided the first of them; resumed, auto decides the other two before
+// the operator is asked again.
+// BUG, disabled until fixed: the hand-over is not persisted. supervisor_behavior
+// (actors/supervisor_state.cpp) sets state.auto_steps = 0 for every request and the hitl
+// supervisor never restores it from the transcript, so the resumed search asks the operator
+// for seq 3 (vertex 2) instead of letting auto decide seqs 3 and 4. A fix: on resume, take
+// the last handOver decision's steps minus the proposals after it that "auto" decided.
+TEST_F(HitlSupervisor, DISABLED_AHandOverOutlivesAResume) {
+  search::test::temp_dir dir;
+  auto s = hitl();
+  s.graph_path = dir.file("graph.sqlite");
+  script({hand_over(3)});
+  node->order = answer_order::forward;
+  auto first = spawn();
+  start(first, s);
+  for (;;) {
+    env.run_messages();
+    ASSERT_FALSE(node->held.empty()) << "the search ended early";
+    if (op->noticed_proposals().size() == 1)
+      break;
+    env.self->send(node_actor, release_atom::value);
+  }
+  env.self->send_exit(first, caf::exit_reason::kill);
+  env.run_messages();
+  node->held.clear();
+  node->order = answer_order::at_once;
+
+  script({decision(DecisionKind::STOP)});
+  s.resume = true;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  // seq 1 asked (hand over 3), 2, 3 and 4 decided by auto, 5 asked
+  EXPECT_EQ(op->noticed_proposals(), (std::vector<unsigned>{2, 3, 4}));
+  ASSERT_EQ(op->proposals.size(), 2u);
+  EXPECT_EQ(op->proposal(1).getSeq(), 5u);
+  EXPECT_EQ(op->proposal(1).getVertex().getIndex(), 4u);
+}
