@@ -141,3 +141,22 @@ TEST_F(GraphSupervisor, VerticesKeepThePlannersExpectedEffect) {
   for (auto v : o.r().getVertices())
     EXPECT_FALSE(v.getExpectedEffect().size() == 0) << v.getIndex();
 }
+
+// The same with a kernel that fails and is repaired by the debugger inside a round.
+TEST_F(GraphSupervisor, TheOutcomeDoesNotDependOnAnswerOrderWithARepair) {
+  search_settings s{.mode = "graph", .budget = 6, .max_repairs = 2};
+  node->fail_first = true;
+  node->order = answer_order::forward;
+  auto forward = optimize(spawn(), s);
+  ASSERT_TRUE(forward.result) << messages::message_of(forward.error);
+  node->order = answer_order::reversed;
+  node->sources.clear();  // the same kernel fails again (it stays in `failing`)
+  auto reversed = optimize(spawn(), s);
+  ASSERT_TRUE(reversed.result) << messages::message_of(reversed.error);
+  unsigned repaired = 0;
+  for (auto v : forward.r().getVertices())
+    repaired += v.getRepairs();
+  EXPECT_EQ(repaired, 1u);
+  EXPECT_EQ(vertex_bytes(forward.r()), vertex_bytes(reversed.r()));
+  EXPECT_EQ(forward.r().getBest(), reversed.r().getBest());
+}

@@ -673,3 +673,21 @@ TEST_F(HitlSupervisor, DISABLED_AHandOverOutlivesAResume) {
   EXPECT_EQ(op->proposal(1).getSeq(), 5u);
   EXPECT_EQ(op->proposal(1).getVertex().getIndex(), 4u);
 }
+
+// A kernel the graph holds already cannot be taken over again: the proposal is asked again.
+TEST_F(HitlSupervisor, TakingOverWithAKnownKernelIsAskedAgain) {
+  script({with_source(DecisionKind::TAKE_OVER, operator_kernel),
+          with_source(DecisionKind::TAKE_OVER, operator_kernel), decision(DecisionKind::STOP)});
+  auto o = optimize(spawn(), hitl());
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  ASSERT_EQ(op->proposals.size(), 3u);
+  EXPECT_EQ(op->proposal(1).getVertex().getIndex(), 1u);
+  EXPECT_EQ(op->proposal(2).getVertex().getIndex(), 1u);  // the same, again
+  EXPECT_EQ(op->proposal(2).getSeq(), 3u);
+  bool told = false;
+  for (const auto& n : op->notices())
+    told = told || n.find("vertex 1 already") != std::string::npos;
+  EXPECT_TRUE(told);
+  EXPECT_EQ(o.r().getVertices().size(), 2u);
+  EXPECT_EQ(text(o.r().getVertices()[1].getDecision()), "stopped");
+}
