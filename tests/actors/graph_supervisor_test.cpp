@@ -60,13 +60,16 @@ TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
     auto r = req->root<schema::OptimizeRequest>();
     ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
     std::set<std::string> pending;
+    std::map<unsigned, std::set<std::string>> now;
     for (size_t i = 0; i < file.size(); ++i) {
       auto v = file.vertex(i);
       if (v.getState() != schema::VertexState::PENDING)
         continue;
       pending.insert(v.getCandidate().getSource().cStr());
-      pending_by_round[v.getRound()].insert(v.getCandidate().getSource().cStr());
+      now[v.getRound()].insert(v.getCandidate().getSource().cStr());
     }
+    for (auto& [round, children] : now)
+      pending_by_round.emplace(round, children);  // the first sight of each round's children
     // the held requests are about the pending children, and each pending child is asked
     std::set<std::string> asked;
     for (size_t i = node->sources.size() - node->held.size(); i < node->sources.size(); ++i)
