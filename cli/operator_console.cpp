@@ -264,6 +264,8 @@ std::string format_event(schema::OperatorEvent::Reader ev) {
     case schema::OperatorEvent::ENDED:
       o << "ended: " << text_of(ev.getEnded());
       break;
+    case schema::OperatorEvent::PONG:
+      break;
     default:
       o << "notice: an event this console does not know";
   }
@@ -342,6 +344,7 @@ int run_console(const console_options& options, std::istream& in, std::ostream& 
   std::optional<uint32_t> line_for;  // a line was asked for this proposal
   bool decision_sent = false;
   auto next_ping = clock_type::now() + options.ping_interval;
+  auto last_heard = clock_type::now();
 
   for (;;) {
     if (waiting && !line_for && !decision_sent) {
@@ -351,7 +354,10 @@ int run_console(const console_options& options, std::istream& in, std::ostream& 
       line_for = waiting_seq;
     }
     if (auto msg = next_event(50ms)) {
+      last_heard = clock_type::now();
       auto ev = msg->root<schema::OperatorEvent>();
+      if (ev.isPong())
+        continue;
       print(format_event(ev));
       switch (ev.which()) {
         case schema::OperatorEvent::PROPOSAL:
@@ -421,6 +427,12 @@ int run_console(const console_options& options, std::istream& in, std::ostream& 
     if (clock_type::now() >= next_ping) {
       send(command_bytes([](auto c) { c.setPing(); }));
       next_ping = clock_type::now() + options.ping_interval;
+    }
+    if (clock_type::now() - last_heard > options.gateway_silence) {
+      err << "error: the operator gateway at " << options.endpoint << " stopped answering ("
+          << options.gateway_silence.count() / 1000.0 << " s without a word): is the search "
+          << "still running?\n";
+      return 3;
     }
   }
 }

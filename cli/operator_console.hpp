@@ -17,11 +17,14 @@ struct console_options {
   std::string name;                        // the operator's name; "" -> $USER, else "operator"
   double connect_timeout_seconds = 10;     // no welcome within it -> exit 3
   std::chrono::milliseconds ping_interval{1000};
+  // Nothing heard from the gateway this long (it answers every ping) -> exit 3.
+  std::chrono::milliseconds gateway_silence{10000};
   bool prompt = false;                     // print `decision #N> ` before reading (a TTY)
 };
 
 // Runs until the search ends, the input ends (detaches) or `quit`: 0; 3 when the gateway
-// does not answer; 2 for an endpoint ZeroMQ cannot use.
+// does not answer (no welcome, or silent for `gateway_silence`); 2 for an endpoint ZeroMQ
+// cannot use.
 int run_console(const console_options& options, std::istream& in, std::ostream& out,
                 std::ostream& err);
 

@@ -308,6 +308,7 @@ void on_frame(gateway* self, const std::string& id, const std::string& body, uin
   }
   switch (which) {
     case schema::OperatorCommand::PING:
+      st.send_to(id, make_event([](auto ev) { ev.setPong(); }));
       return;
     case schema::OperatorCommand::DETACH:
       st.shells.erase(shell);

@@ -60,6 +60,8 @@ struct OperatorEvent {
     notice @4 :Text;           # progress: what the supervisor just did
     refused @5 :Text;          # the shell's last command was not accepted, and why
     ended @6 :Text;            # the search ended: reason and best result
+    pong @7 :Void;             # the answer to a ping: a shell that hears nothing for a while
+                               # knows the gateway is gone
   }
 }
 
@@ -71,7 +73,7 @@ struct OperatorCommand {
                                # proposal, if any)
     decision @2 :Decision;
     ping @3 :Void;             # keeps the attachment alive (a shell silent for the gateway's
-                               # liveness period is detached)
+                               # liveness period is detached); answered with pong
     detach @4 :Void;
   }
 }

@@ -18,6 +18,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <gtest/gtest.h>
+#include <zmq.hpp>
 
 #include <capnp/message.h>
 
@@ -329,6 +330,43 @@ TEST_F(OperatorConsole, ShowReprintsAndQuitLeaves) {
   EXPECT_TRUE(contains(out, "\ndetached\n")) << out;
   EXPECT_FALSE(contains(out, "decided #2")) << out;  // quit came before approve
   EXPECT_TRUE(status_becomes(0));
+}
+
+// The gateway answers every ping: a console waiting longer than its silence period for a
+// proposal stays attached; one whose gateway died (a socket that welcomed it and then said
+// nothing more, as a killed process) leaves with exit 3.
+TEST_F(OperatorConsole, AGatewayThatFallsSilentIsExitThree) {
+  auto o = options("dave");
+  o.ping_interval = 50ms;
+  o.gateway_silence = 400ms;
+  console_run alive(o, "approve\n");
+  ASSERT_TRUE(status_becomes(1));
+  std::this_thread::sleep_for(1200ms);  // three silence periods with nothing but pongs
+  auto d = propose(proposal(1));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->kind, DecisionKind::APPROVE);
+  notify(event([](auto ev) { ev.setEnded("done"); }));
+  alive.join();
+  EXPECT_EQ(alive.rc, 0) << alive.err.str();
+
+  zmq::context_t ctx;
+  zmq::socket_t dead(ctx, zmq::socket_type::router);
+  std::string endpoint = "ipc://" + dir_ + "/dead.sock";
+  dead.bind(endpoint);
+  o.endpoint = endpoint;
+  console_run console(o, "approve\n");
+  zmq::message_t id, frame;
+  ASSERT_TRUE(dead.recv(id, zmq::recv_flags::none));
+  ASSERT_TRUE(dead.recv(frame, zmq::recv_flags::none));  // attach
+  auto welcome = event([](auto ev) { ev.setWelcome("about to die"); });
+  dead.send(zmq::buffer(id.to_string()), zmq::send_flags::sndmore);
+  dead.send(zmq::buffer(welcome.bytes), zmq::send_flags::none);
+  auto started = std::chrono::steady_clock::now();
+  console.join();
+  EXPECT_EQ(console.rc, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  EXPECT_TRUE(contains(console.err.str(), "stopped answering")) << console.err.str();
+  EXPECT_TRUE(contains(console.out.str(), "welcome: about to die")) << console.out.str();
 }
 
 TEST_F(OperatorConsole, NoGatewayIsExitThreeNamingTheEndpoint) {
