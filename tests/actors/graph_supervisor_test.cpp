@@ -163,3 +163,58 @@ TEST_F(GraphSupervisor, TheOutcomeDoesNotDependOnAnswerOrderWithARepair) {
   EXPECT_EQ(vertex_bytes(forward.r()), vertex_bytes(reversed.r()));
   EXPECT_EQ(forward.r().getBest(), reversed.r().getBest());
 }
+
+// A search killed in the middle of a round resumes with that round's children (fixed before
+// dispatch): only they go to the node again, and the graph is the one an uninterrupted search
+// makes.
+TEST_F(GraphSupervisor, AResumedSearchFinishesTheRoundItWasKilledIn) {
+  search_settings plain{.mode = "graph", .budget = 7};
+  auto whole = optimize(spawn(), plain);
+  ASSERT_TRUE(whole.result) << messages::message_of(whole.error);
+
+  search::test::temp_dir dir;
+  search_settings s = plain;
+  s.graph_path = dir.file("graph.sqlite");
+  auto request = optimize_request(s);
+  std::string error;
+  auto req = messages::open_payload<schema::OptimizeRequest>(request, error);
+  ASSERT_TRUE(req) << error;
+  node->sources.clear();
+  node->order = answer_order::forward;
+  auto first = spawn();
+  start(first, s);
+  std::set<std::string> in_flight;
+  for (;;) {
+    env.run_messages();
+    ASSERT_FALSE(node->held.empty()) << "the search ended before its second round";
+    actors::search_record file;
+    auto r = req->root<schema::OptimizeRequest>();
+    ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
+    for (size_t i = 0; i < file.size(); ++i)
+      if (file.vertex(i).getState() == schema::VertexState::PENDING && file.vertex(i).getRound() > 0)
+        in_flight.insert(file.vertex(i).getCandidate().getSource().cStr());
+    if (!in_flight.empty())
+      break;
+    env.self->send(node_actor, release_atom::value);
+  }
+  env.self->send_exit(first, caf::exit_reason::kill);
+  env.run_messages();
+  node->held.clear();
+  node->order = answer_order::at_once;
+  size_t before = node->sources.size();
+  std::set<std::string> earlier(node->sources.begin(), node->sources.end());
+
+  s.resume = true;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  EXPECT_TRUE(o.r().getResumed());
+  // the round that was out goes again; nothing evaluated before it does
+  std::set<std::string> again;
+  for (size_t i = before; i < node->sources.size(); ++i)
+    if (earlier.count(node->sources[i]))
+      again.insert(node->sources[i]);
+  EXPECT_EQ(again.size(), in_flight.size());
+  EXPECT_TRUE(again == in_flight);
+  EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(whole.r()));
+  EXPECT_EQ(o.r().getBest(), whole.r().getBest());
+}
