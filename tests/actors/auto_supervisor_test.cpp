@@ -5,8 +5,10 @@
 // same search whatever order the node answers in.
 #include "actors/auto_supervisor.hpp"
 #include "messages/error.hpp"
+#include "search/temp_dir.hpp"
 #include "tests/actors/supervisor_fixture.hpp"
 
+#include <caf/exit_reason.hpp>
 #include <gtest/gtest.h>
 
 using namespace maxkernel;
@@ -211,4 +213,45 @@ TEST_F(AutoSupervisor, ANodeThatCannotAnswerStopsTheSearch) {
   node->errors.clear();
   auto again = optimize(sup, {.mode = "auto", .budget = 1});
   ASSERT_TRUE(again.result) << messages::message_of(again.error);
+}
+
+// A search killed while a candidate is at the node resumes with that candidate only, and ends
+// with the vertices an uninterrupted search makes.
+TEST_F(AutoSupervisor, AResumedSearchEvaluatesOnlyThePendingCandidate) {
+  search_settings plain{.mode = "auto", .budget = 4};
+  auto whole = optimize(spawn(), plain);
+  ASSERT_TRUE(whole.result) << messages::message_of(whole.error);
+
+  search::test::temp_dir dir;
+  search_settings s = plain;
+  s.graph_path = dir.file("graph.sqlite");
+  node->sources.clear();
+  node->order = answer_order::forward;
+  auto first = spawn();
+  start(first, s);
+  // answer until the third kernel is at the node
+  for (;;) {
+    env.run_messages();
+    ASSERT_FALSE(node->held.empty()) << "the search ended early";
+    if (node->distinct().size() == 3)
+      break;
+    env.self->send(node_actor, release_atom::value);
+  }
+  std::string pending = node->sources.back();
+  env.self->send_exit(first, caf::exit_reason::kill);
+  env.run_messages();
+  node->held.clear();
+  node->order = answer_order::at_once;
+  std::set<std::string> earlier = node->distinct();
+  size_t before = node->sources.size();
+
+  s.resume = true;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  EXPECT_TRUE(o.r().getResumed());
+  for (size_t i = before; i < node->sources.size(); ++i)
+    if (earlier.count(node->sources[i]))
+      EXPECT_TRUE(node->sources[i] == pending) << "a finished candidate evaluated again";
+  EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(whole.r()));
+  EXPECT_EQ(std::string(o.r().getStopReason().cStr()), "budget");
 }

@@ -691,3 +691,35 @@ TEST_F(HitlSupervisor, TakingOverWithAKnownKernelIsAskedAgain) {
   EXPECT_EQ(o.r().getVertices().size(), 2u);
   EXPECT_EQ(text(o.r().getVertices()[1].getDecision()), "stopped");
 }
+
+// One search at a time: a second OptimizeRequest while one runs is refused (bad_input); a
+// payload that is no OptimizeRequest is malformed. The running search is not disturbed.
+TEST_F(HitlSupervisor, RefusesASecondSearchAndMalformedRequests) {
+  script({hold()});
+  auto sup = spawn();
+  start(sup, hitl());
+  drive();
+  ASSERT_EQ(op->proposals.size(), 1u);
+  env.self->send(sup, messages::optimize_atom::value, optimize_request(hitl()));
+  drive();
+  auto second = answer();
+  ASSERT_TRUE(second.answered);
+  EXPECT_EQ(messages::code_of(second.error), messages::error_code::bad_input);
+  EXPECT_EQ(op->proposals.size(), 1u);
+  // an idle supervisor: the payload is checked
+  auto idle = spawn();
+  env.self->send(idle, messages::optimize_atom::value,
+                 messages::payload{capnp::typeId<schema::Proposal>(), "x"});
+  drive();
+  auto bad = answer();
+  ASSERT_TRUE(bad.answered);
+  EXPECT_EQ(messages::code_of(bad.error), messages::error_code::malformed_message);
+  env.self->send(idle, messages::optimize_atom::value,
+                 messages::payload{capnp::typeId<schema::OptimizeRequest>(), "not capnp"});
+  drive();
+  auto junk = answer();
+  ASSERT_TRUE(junk.answered);
+  EXPECT_EQ(messages::code_of(junk.error), messages::error_code::bad_input);
+  EXPECT_EQ(op->proposals.size(), 1u);
+  to_stop.push_back(caf::actor_cast<caf::actor>(idle));
+}
