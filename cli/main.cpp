@@ -136,6 +136,9 @@ int main(int argc, char** argv) {
   optimize_cmd->add_option("--operator-timeout", opt.operator_timeout,
                            "hitl: seconds a proposal waits for a decision (0: forever)")
     ->check(CLI::NonNegativeNumber);
+  optimize_cmd->add_flag("--console", opt.console,
+                         "hitl: this terminal is an operator too (proposals on stdout, one "
+                         "decision per line on stdin, as `maxkernel attach`)");
   optimize_cmd->add_option("--on-timeout", opt.on_timeout,
                            "hitl: what a timeout decides: wait | approve | stop (default wait)")
     ->check(CLI::IsMember({"wait", "approve", "stop"}));

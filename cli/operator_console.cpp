@@ -155,17 +155,24 @@ std::string describe_decision(schema::Decision::Reader d) {
 }
 
 // Reads lines from the input one at a time, on request, in its own thread: the console keeps
-// pinging and printing while an operator thinks.
+// pinging and printing while an operator thinks. The thread shares its state (not the
+// reader): a read blocked on a terminal when the console ends is left to finish on its own.
 class line_reader {
 public:
-  explicit line_reader(std::istream& in) : in_(in), thread_([this] { run(); }) {}
+  struct line {
+    bool eof = false;
+    std::string text;
+  };
+
+  explicit line_reader(std::istream& in)
+    : s_(std::make_shared<state>(in)), thread_([s = s_] { run(*s); }) {}
   ~line_reader() {
-    std::unique_lock lock(mutex_);
-    quit_ = true;
-    cv_.notify_all();
-    // A read in progress on a terminal cannot be interrupted: leave it to process exit.
-    cv_.wait_for(lock, 100ms, [this] { return !busy_; });
-    bool busy = busy_;
+    std::unique_lock lock(s_->mutex);
+    s_->quit = true;
+    s_->cv.notify_all();
+    // A read in progress on a terminal cannot be interrupted.
+    s_->cv.wait_for(lock, 100ms, [this] { return !s_->busy; });
+    bool busy = s_->busy;
     lock.unlock();
     if (busy)
       thread_.detach();
@@ -174,50 +181,53 @@ public:
   }
 
   void request() {
-    std::lock_guard lock(mutex_);
-    want_ = true;
-    cv_.notify_all();
+    std::lock_guard lock(s_->mutex);
+    s_->want = true;
+    s_->cv.notify_all();
   }
 
-  struct line {
-    bool eof = false;
-    std::string text;
-  };
   std::optional<line> take() {
-    std::lock_guard lock(mutex_);
-    if (lines_.empty())
+    std::lock_guard lock(s_->mutex);
+    if (s_->lines.empty())
       return std::nullopt;
-    auto l = std::move(lines_.front());
-    lines_.pop_front();
+    auto l = std::move(s_->lines.front());
+    s_->lines.pop_front();
     return l;
   }
 
 private:
-  void run() {
-    std::unique_lock lock(mutex_);
+  struct state {
+    explicit state(std::istream& i) : in(i) {}
+    std::istream& in;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool want = false, quit = false, busy = false;
+    std::deque<line> lines;
+  };
+
+  static void run(state& s) {
+    std::unique_lock lock(s.mutex);
     for (;;) {
-      cv_.wait(lock, [this] { return want_ || quit_; });
-      if (quit_)
+      s.cv.wait(lock, [&] { return s.want || s.quit; });
+      if (s.quit)
         return;
-      want_ = false;
-      busy_ = true;
+      s.want = false;
+      s.busy = true;
       lock.unlock();
       line l;
-      l.eof = !std::getline(in_, l.text);
+      l.eof = !std::getline(s.in, l.text);
       lock.lock();
-      busy_ = false;
-      lines_.push_back(l);
-      cv_.notify_all();
+      s.busy = false;
+      if (s.quit)
+        return;
+      s.lines.push_back(l);
+      s.cv.notify_all();
       if (l.eof)
         return;
     }
   }
 
-  std::istream& in_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool want_ = false, quit_ = false, busy_ = false;
-  std::deque<line> lines_;
+  std::shared_ptr<state> s_;
   std::thread thread_;
 };
 

@@ -7,6 +7,7 @@
 #include "agents/agent_pool_spawn.hpp"
 #include "cli/brain_options.hpp"
 #include "cli/node_evaluation.hpp"
+#include "cli/operator_console.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress_line.hpp"
@@ -24,10 +25,12 @@
 #include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <unistd.h>
 #include <capnp/message.h>
 #include <fmt/format.h>
 
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <iostream>
 
@@ -46,6 +49,14 @@ bool valid_options(const optimize_options& opts, std::string& error) {
   }
   if (opts.on_timeout != "wait" && opts.on_timeout != "approve" && opts.on_timeout != "stop") {
     error = fmt::format("--on-timeout {}: one of wait, approve, stop", opts.on_timeout);
+    return false;
+  }
+  if (opts.console && opts.mode != "hitl") {
+    error = "--console: only with --mode hitl";
+    return false;
+  }
+  if (opts.console && opts.json == "-") {
+    error = "--console with --json -: the console needs stdout; write the JSON to a file";
     return false;
   }
   if (!(opts.operator_timeout >= 0)) {
@@ -156,6 +167,7 @@ int run_optimize(const optimize_options& opts) {
   auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
   auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals, session.dispatcher());
   std::optional<cluster::operator_gateway> gateway;
+  std::thread console;
   if (opts.mode == "hitl") {
     cluster::operator_gateway_config gw;
     gw.endpoint = opts.operator_endpoint;
@@ -173,6 +185,14 @@ int run_optimize(const optimize_options& opts) {
     // On stderr even with --json -: the operator needs it to attach.
     std::cerr << "operator gateway: " << gateway->endpoint << " (attach with: maxkernel attach "
               << gateway->endpoint << ")\n";
+    if (opts.console) {
+      // This terminal is an operator too: the console attaches over the gateway's socket
+      // as any shell does, reading decisions from stdin.
+      console_options co;
+      co.endpoint = gateway->endpoint;
+      co.prompt = ::isatty(STDIN_FILENO) == 1;
+      console = std::thread([co] { run_console(co, std::cin, std::cout, std::cerr); });
+    }
   }
   auto supervisor =
     opts.mode == "graph"
@@ -208,6 +228,9 @@ int run_optimize(const optimize_options& opts) {
         .receive([](uint32_t) {}, [](caf::error&) {});
       self->send_exit(gateway->handle, caf::exit_reason::user_shutdown);
     }
+    // The console leaves on the gateway's `ended` (or when the gateway stops).
+    if (console.joinable())
+      console.join();
   }
   agents::stop_agent_pool(pool);
   end_progress_line(std::cerr);

@@ -45,6 +45,7 @@ struct optimize_options {
   std::string operator_endpoint = "tcp://127.0.0.1:*";
   double operator_timeout = 0;   // seconds a proposal waits; 0: forever
   std::string on_timeout = "wait";
+  bool console = false;          // this terminal attaches as an operator (stdin, stdout)
 };
 
 int run_optimize(const optimize_options& opts);

@@ -264,3 +264,34 @@ def test_resume_after_sigkill_asks_the_waiting_proposal_again(tmp_path):
     assert [(s, p["vertex"]["index"]) for s, p in props] == [(1, 0), (2, 0), (3, 1)]
     assert [s for s, _ in decisions(entries)] == [2, 3]
     assert json.loads((out / "result.json").read_text())["resumed"] is True
+
+
+@pytest.mark.slow
+def test_console_decides_from_this_terminal(tmp_path):
+    """--console: the command's own stdin and stdout are an operator's shell."""
+    proc = subprocess.run(
+        ["nice", "-n", "5", str(BIN), "optimize", str(SPEC), "--mode", "hitl", "--console",
+         "--nodes", "2", "--budget-evals", "1", "--out", str(tmp_path / "out"), "--state-dir",
+         str(tmp_path / "state")],
+        input="reject not what I want\n", capture_output=True, text=True, timeout=900)
+    # Nothing accepted: the reference is kept, exit 1.
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(r"^proposal #1: vertex 0 ", proc.stdout, re.M), proc.stdout
+    assert "decided #1: reject by " in proc.stdout
+    assert [d["kind"] for _, d in decisions(transcript(tmp_path / "out"))] == ["reject"]
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["fallback_to_reference"] and result["stop_reason"] == "budget"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "auto", "--console"], "--console: only with --mode hitl"),
+    (["--mode", "hitl", "--console", "--json", "-"], "the console needs stdout"),
+    (["--mode", "hitl", "--on-timeout", "later"], "--on-timeout"),
+    (["--mode", "hitl", "--operator-endpoint", "smoke://x"], "smoke://x"),
+])
+def test_bad_hitl_options_exit_2(tmp_path, args, message):
+    proc = subprocess.run([str(BIN), "optimize", str(SPEC), *args, "--out", str(tmp_path / "out"),
+                           "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
