@@ -62,15 +62,42 @@ void notice(supervisor_self self, const std::string& text) {
   tell(self, [&](schema::OperatorEvent::Builder e) { e.setNotice(text); });
 }
 
-unsigned proposals_made(const search_record& record) {
-  unsigned n = 0;
+// What the transcript says of the search so far: proposals made, and how many of the next
+// proposals auto still decides (a hand-over's steps less the proposals auto has decided; a
+// handed-over proposal the search was killed on is not counted as decided). Read from the
+// transcript, not kept in the actor, so a resumed search goes on as it was.
+struct transcript_state {
+  unsigned proposals = 0;
+  unsigned auto_steps = 0;
+};
+
+transcript_state read_transcript(const search_record& record) {
+  transcript_state t;
+  bool open_auto = false;  // the last entry is a handed-over proposal without its decision
   for (const auto& bytes : record.transcript()) {
     std::string error;
-    auto e = messages::decode<schema::TranscriptEntry>(bytes, error);
-    n += e && e->root<schema::TranscriptEntry>().isProposal() ? 1 : 0;
+    auto m = messages::decode<schema::TranscriptEntry>(bytes, error);
+    if (!m)
+      continue;
+    auto e = m->root<schema::TranscriptEntry>();
+    if (e.isProposal()) {
+      ++t.proposals;
+      auto steps = e.getProposal().getAutoSteps();
+      open_auto = steps > 0;
+      if (steps > 0)
+        t.auto_steps = steps - 1;
+    } else if (e.isDecision()) {
+      open_auto = false;
+      if (e.getDecision().getKind() == DecisionKind::HAND_OVER)
+        t.auto_steps = e.getDecision().getSteps();
+    }
   }
-  return n;
+  if (open_auto)
+    ++t.auto_steps;
+  return t;
 }
+
+unsigned proposals_made(const search_record& record) { return read_transcript(record).proposals; }
 
 // A decision the supervisor takes itself (auto when handed over, the timeout policy).
 messages::decoded_message own_decision(unsigned seq, DecisionKind kind, const std::string& who,
@@ -273,10 +300,9 @@ void decide(supervisor_self self, unsigned index, messages::decoded_message deci
       if (!set_decision(self, index, "approved", text))
         return;
       break;
-    case DecisionKind::HAND_OVER:
+    case DecisionKind::HAND_OVER:  // the transcript holds the steps (read_transcript)
       if (!set_decision(self, index, "approved", ""))
         return;
-      self->state.auto_steps = d.getSteps();
       break;
     case DecisionKind::REJECT:
       if (!set_decision(self, index, "rejected", text))
@@ -285,7 +311,7 @@ void decide(supervisor_self self, unsigned index, messages::decoded_message deci
     case DecisionKind::STOP:
       if (!set_decision(self, index, "stopped", text))
         return;
-      return end(self, "operator");
+      return end(self, who == "policy" ? "timeout" : "operator");
     case DecisionKind::EDIT:
       return edit(self, index, seq, d, who);
     case DecisionKind::TAKE_OVER:
@@ -305,7 +331,8 @@ void propose(supervisor_self self, unsigned index) {
   auto ctx = run->ctx;
   auto& record = run->record;
   auto v = record.vertex(index);
-  unsigned seq = proposals_made(record) + 1;
+  auto t = read_transcript(record);
+  unsigned seq = t.proposals + 1;
   capnp::MallocMessageBuilder msg;
   auto p = msg.initRoot<schema::Proposal>();
   p.setSchemaVersion(schema::SCHEMA_VERSION);
@@ -331,15 +358,14 @@ void propose(supervisor_self self, unsigned index) {
   p.setReferenceTimeUs(ctx->optimize().getReferenceTimeUs());
   p.setEvaluations(record.evaluated());
   p.setBudgetEvals(ctx->settings().getBudgetEvals());
-  p.setAutoSteps(st.auto_steps);
+  p.setAutoSteps(t.auto_steps);
   if (!transcribe(self, seq, [&](schema::TranscriptEntry::Builder e) { e.setProposal(p); }))
     return;
-  if (st.auto_steps > 0) {
+  if (t.auto_steps > 0) {
     // Handed over: the shells see the proposal as a notice and auto approves it.
-    --st.auto_steps;
     tell(self, [&](schema::OperatorEvent::Builder e) { e.setProposal(p); });
     auto d = own_decision(seq, DecisionKind::APPROVE, "auto",
-                          fmt::format("handed over ({} more)", st.auto_steps));
+                          fmt::format("handed over ({} more)", t.auto_steps - 1));
     tell(self, [&](schema::OperatorEvent::Builder e) {
       e.setDecided(d.root<schema::Decision>());
     });

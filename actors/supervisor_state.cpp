@@ -111,7 +111,6 @@ messages::supervisor_actor::behavior_type supervisor_behavior(
       // A resumed search goes on in the round it was killed in (its pending vertices), else
       // in the one after the last.
       st.round = 0;
-      st.auto_steps = 0;
       bool pending = false;
       for (size_t i = 0; i < run->record.size(); ++i) {
         auto v = run->record.vertex(i);

@@ -28,7 +28,6 @@ struct supervisor_state {
   caf::typed_response_promise<messages::payload> promise;
   unsigned round = 0;               // auto: iteration; graph: round
   messages::operator_actor op;      // hitl: the operator gateway
-  unsigned auto_steps = 0;          // hitl: proposals auto still decides (handed over)
   static inline const char* name = "supervisor";
 };
 

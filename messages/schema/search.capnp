@@ -29,7 +29,7 @@ struct SearchSettings {
   deadlineMs @11 :UInt32;      # per evaluation request; 0: the node's default
   operatorTimeoutSeconds @12 :Float64;  # hitl: how long a proposal waits for a decision;
                                # 0: forever
-  onTimeout @13 :Text;         # hitl: wait (ask again) | approve | stop
+  onTimeout @13 :Text;         # hitl: wait (keep waiting) | approve | stop
 }
 
 struct OptimizeRequest {
@@ -72,7 +72,8 @@ struct Vertex {
   attemptFailures @19 :List(Text);  # the failure class of each failed evaluation of its
                                     # lineage (repairs and tester cases), in order
   exhausted @20 :Bool;         # graph: the planner had no new move from it (never expanded again)
-  decision @21 :Text;          # hitl: awaiting | approved | rejected | edited | replaced;
+  decision @21 :Text;          # hitl: awaiting | approved | rejected | edited | replaced |
+                               # stopped (the search was stopped on it);
                                # "" in auto and graph. Only "" and approved vertices can be
                                # the best or a plan's parent.
   feedback @22 :Text;          # hitl: the operator's feedback or hint on it
@@ -103,7 +104,8 @@ struct OptimizeResult {
   cacheHits @5 :UInt32;
   failures @6 :List(FailureCount);
   usage @7 :Usage;
-  stopReason @8 :Text;         # budget, time, stagnation, roofline, exhausted
+  stopReason @8 :Text;         # budget, time, stagnation, roofline, exhausted; hitl: operator
+                               # (a stop decision), timeout (the stop policy)
   rounds @9 :UInt32;
   resumed @10 :Bool;           # it continued a search found in graphPath
   bestPerEvaluation @11 :List(Float64);  # best correct time after each candidate (0: none yet)
