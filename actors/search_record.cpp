@@ -45,6 +45,7 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
     }
     vertices_.push_back(std::move(*msg));
   }
+  reindex();
   transcript_ = graph_->transcript(error);
   return error.empty();
 }
@@ -86,7 +87,29 @@ bool search_record::put_all(const std::vector<std::string>& all, std::string& er
     else
       vertices_.push_back(std::move(msg));
   }
+  reindex();
   return true;
+}
+
+void search_record::reindex() {
+  // One pass per change (a lineage or a round), not one per question asked of the record.
+  first_of_id_.clear();
+  best_ = -1;
+  evaluated_ = 0;
+  double best_us = 0;
+  for (size_t i = 0; i < vertices_.size(); ++i) {
+    auto v = vertex(i);
+    first_of_id_.emplace(v.getCandidate().getId().cStr(), i);
+    if (v.getState() != schema::VertexState::PENDING)
+      ++evaluated_;
+    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() ||
+        v.getTimeUs() <= 0 || !accepted(v))
+      continue;
+    if (best_ < 0 || v.getTimeUs() < best_us) {
+      best_ = static_cast<int>(i);
+      best_us = v.getTimeUs();
+    }
+  }
 }
 
 bool search_record::mark_exhausted(size_t i, std::string& error) {
@@ -101,49 +124,57 @@ schema::Vertex::Reader search_record::vertex(size_t i) const {
 }
 
 int search_record::find_candidate(const std::string& id) const {
-  for (size_t i = 0; i < vertices_.size(); ++i)
-    if (vertex(i).getCandidate().getId() == id)
-      return static_cast<int>(i);
-  return -1;
+  auto it = first_of_id_.find(id);
+  return it == first_of_id_.end() ? -1 : static_cast<int>(it->second);
 }
 
-int search_record::best() const {
-  int best = -1;
-  double best_us = 0;
-  for (size_t i = 0; i < vertices_.size(); ++i) {
-    auto v = vertex(i);
-    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() ||
-        v.getTimeUs() <= 0 || !accepted(v))
-      continue;
-    if (best < 0 || v.getTimeUs() < best_us) {
-      best = static_cast<int>(i);
-      best_us = v.getTimeUs();
-    }
-  }
-  return best;
-}
+int search_record::best() const { return best_; }
 
 double search_record::best_time_us() const {
-  int b = best();
-  return b < 0 ? 0 : vertex(static_cast<size_t>(b)).getTimeUs();
+  return best_ < 0 ? 0 : vertex(static_cast<size_t>(best_)).getTimeUs();
 }
 
-unsigned search_record::evaluated() const {
-  unsigned n = 0;
-  for (size_t i = 0; i < vertices_.size(); ++i)
-    n += vertex(i).getState() != schema::VertexState::PENDING ? 1 : 0;
-  return n;
-}
+unsigned search_record::evaluated() const { return evaluated_; }
 
-void search_record::fill_history(schema::PlannerRequest::Builder request) const {
+void search_record::fill_history(schema::PlannerRequest::Builder request,
+                                 const std::string& parent_id) const {
   std::vector<size_t> done;
   for (size_t i = 0; i < vertices_.size(); ++i)
     if (vertex(i).getState() != schema::VertexState::PENDING && vertex(i).getHasResult())
       done.push_back(i);
+  int parent = parent_id.empty() ? -1 : find_candidate(parent_id);
   auto history = request.initHistory(static_cast<unsigned>(done.size()));
   for (unsigned k = 0; k < done.size(); ++k) {
     auto v = vertex(done[k]);
     auto h = history[k];
+    bool full = static_cast<int>(done[k]) == best_ || static_cast<int>(done[k]) == parent ||
+                k + full_recent >= done.size();
+    if (!full) {
+      // What the planners read of every entry: which kernel (template, params) and how it did.
+      auto from = v.getCandidate();
+      auto c = h.initCandidate();
+      c.setSchemaVersion(from.getSchemaVersion());
+      c.setId(from.getId());
+      c.setTemplate(from.getTemplate());
+      c.setParams(from.getParams());
+      c.setParentId(from.getParentId());
+      c.setStrategy(from.getStrategy());
+      c.setOrigin(from.getOrigin());
+      auto r = h.initResult();
+      r.setSchemaVersion(v.getResult().getSchemaVersion());
+      r.setCorrect(v.getResult().getCorrect() && v.getCorrect() && accepted(v));
+      r.setHasProfile(v.getResult().getHasProfile());
+      if (v.getResult().getHasProfile()) {
+        auto p = r.initProfile();
+        auto fp = v.getResult().getProfile();
+        p.setTiming(fp.getTiming());
+        p.setChip(fp.getChip());
+        p.setTimeUs(fp.getTimeUs());
+        p.setRooflineUs(fp.getRooflineUs());
+        p.setBound(fp.getBound());
+      }
+      continue;
+    }
     h.setCandidate(v.getCandidate());
     h.setResult(v.getResult());
     // A lineage the tester failed passed the node's own test, and one the operator did not

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace maxkernel::actors {
@@ -53,10 +54,15 @@ public:
   // Candidates evaluated (vertices no longer pending).
   unsigned evaluated() const;
 
-  // The planner's history: every evaluated vertex's candidate, result and diagnosis (one the
-  // operator did not accept marked incorrect, so that it is no parent), and the operator's
-  // feedback and hints as guidance.
-  void fill_history(schema::PlannerRequest::Builder request) const;
+  // The planner's history: every evaluated vertex (one the operator did not accept marked
+  // incorrect, so that it is no parent), and the operator's feedback and hints as guidance.
+  // In full (source, structure, profile, diagnosis) only the best, the vertex of `parent_id`
+  // and the last `full_recent` evaluated; the others slim (the candidate's id, template,
+  // params and origin, the result's correctness and times): a request stays small however
+  // large the graph grows.
+  void fill_history(schema::PlannerRequest::Builder request,
+                    const std::string& parent_id = "") const;
+  static constexpr size_t full_recent = 8;
 
   // hitl's transcript (TranscriptEntry bytes): appended and written through; a resumed
   // search's is loaded with it.
@@ -69,7 +75,12 @@ public:
   std::string result_bytes(const std::string& stop_reason, unsigned rounds) const;
 
 private:
+  // Kept up to date by put_all: they are read on every progress report and plan.
+  void reindex();
   std::vector<messages::decoded_message> vertices_;
+  std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
+  int best_ = -1;
+  unsigned evaluated_ = 0;
   std::vector<std::string> transcript_;
   std::unique_ptr<search::search_graph> graph_;
   bool resumed_ = false;

@@ -65,7 +65,7 @@ void ask_plan(Self* self, search_run& run, const std::string& parent_id, unsigne
   req.setSchemaVersion(schema::SCHEMA_VERSION);
   req.setSpec(ctx->spec());
   req.setAnalysis(ctx->analysis());
-  run.record.fill_history(req);
+  run.record.fill_history(req, parent_id);
   req.setChip(ctx->chip());
   req.setMaxSteps(max_steps);
   req.setSeed(ctx->settings().getSeed());

@@ -40,6 +40,9 @@ std::string vertex(const vertex_args& a) {
   c.setId(a.id);
   c.setSource("def workload(x):\n  return x\n");
   c.setTemplate("matmul");
+  auto params = c.initParams(1);
+  params[0].setName("bm");
+  params[0].setValue("128");
   if (a.state != schema::VertexState::PENDING) {
     v.setHasResult(true);
     v.getResult().setCorrect(true);  // the node's own test; the tester may still fail it
@@ -168,6 +171,30 @@ TEST(SearchRecord, OnlyAcceptedVerticesCountAndTheOperatorGuides) {
   ASSERT_EQ(res.getBestPerEvaluation().size(), 5u);
   EXPECT_DOUBLE_EQ(res.getBestPerEvaluation()[3], 10.0);
   EXPECT_DOUBLE_EQ(res.getBestPerEvaluation()[4], 9.0);
+}
+
+// However large the graph, a PlannerRequest carries whole entries (source, profile) only for
+// the best, the vertex it expands and the last few; the others say which kernel and how fast.
+TEST(SearchRecord, HistoryIsWholeOnlyForTheBestTheParentAndTheRecent) {
+  actors::search_record r;
+  for (unsigned i = 0; i < 14; ++i)
+    put(r, {i, i ? 0 : -1, schema::VertexState::EVALUATED, true, i == 2 ? 1.0 : 10.0 + i,
+            "id" + std::to_string(i)});
+  ASSERT_EQ(r.best(), 2);
+  capnp::MallocMessageBuilder msg;
+  auto req = msg.initRoot<schema::PlannerRequest>();
+  r.fill_history(req, "id4");
+  auto h = req.getHistory();
+  ASSERT_EQ(h.size(), 14u);
+  for (unsigned i = 0; i < 14; ++i) {
+    bool full = i == 2 || i == 4 || i >= 14 - actors::search_record::full_recent;
+    EXPECT_EQ(h[i].getCandidate().getSource().size() > 0, full) << i;
+    EXPECT_EQ(std::string(h[i].getCandidate().getId().cStr()), "id" + std::to_string(i));
+    EXPECT_EQ(std::string(h[i].getCandidate().getTemplate().cStr()), "matmul");
+    EXPECT_EQ(h[i].getCandidate().getParams().size(), 1u);
+    EXPECT_TRUE(h[i].getResult().getCorrect());
+    EXPECT_DOUBLE_EQ(h[i].getResult().getProfile().getTimeUs(), i == 2 ? 1.0 : 10.0 + i);
+  }
 }
 
 TEST(SearchRecord, ResultTalliesAndTheBestCurve) {
