@@ -80,36 +80,50 @@ bool search_record::put_all(const std::vector<std::string>& all, std::string& er
   }
   if (graph_ && !graph_->put_vertices(all, error))
     return false;
+  bool rebuild = false;
   for (auto& msg : decoded) {
     size_t i = msg.root<schema::Vertex>().getIndex();
-    if (i < vertices_.size())
+    if (i < vertices_.size()) {
+      auto old = vertex(i);
+      bool was_evaluated = old.getState() != schema::VertexState::PENDING;
+      // A different candidate (a repaired lineage) or the best replaced: the indices are
+      // rebuilt; else only the new vertex is weighed.
+      rebuild = rebuild || static_cast<int>(i) == best_ ||
+                old.getCandidate().getId() != msg.root<schema::Vertex>().getCandidate().getId();
+      evaluated_ -= was_evaluated ? 1 : 0;
       vertices_[i] = std::move(msg);
-    else
+    } else {
       vertices_.push_back(std::move(msg));
+    }
+    if (!rebuild)
+      weigh(i);
   }
-  reindex();
+  if (rebuild)
+    reindex();
   return true;
 }
 
+void search_record::weigh(size_t i) {
+  auto v = vertex(i);
+  first_of_id_.emplace(v.getCandidate().getId().cStr(), i);
+  if (v.getState() != schema::VertexState::PENDING)
+    ++evaluated_;
+  if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0 ||
+      !accepted(v))
+    return;
+  double best_us = best_ < 0 ? 0 : vertex(static_cast<size_t>(best_)).getTimeUs();
+  // The first of equal times wins, as in a full pass.
+  if (best_ < 0 || v.getTimeUs() < best_us ||
+      (v.getTimeUs() == best_us && static_cast<int>(i) < best_))
+    best_ = static_cast<int>(i);
+}
+
 void search_record::reindex() {
-  // One pass per change (a lineage or a round), not one per question asked of the record.
   first_of_id_.clear();
   best_ = -1;
   evaluated_ = 0;
-  double best_us = 0;
-  for (size_t i = 0; i < vertices_.size(); ++i) {
-    auto v = vertex(i);
-    first_of_id_.emplace(v.getCandidate().getId().cStr(), i);
-    if (v.getState() != schema::VertexState::PENDING)
-      ++evaluated_;
-    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() ||
-        v.getTimeUs() <= 0 || !accepted(v))
-      continue;
-    if (best_ < 0 || v.getTimeUs() < best_us) {
-      best_ = static_cast<int>(i);
-      best_us = v.getTimeUs();
-    }
-  }
+  for (size_t i = 0; i < vertices_.size(); ++i)
+    weigh(i);
 }
 
 bool search_record::mark_exhausted(size_t i, std::string& error) {

@@ -75,8 +75,10 @@ public:
   std::string result_bytes(const std::string& stop_reason, unsigned rounds) const;
 
 private:
-  // Kept up to date by put_all: they are read on every progress report and plan.
+  // Kept up to date by put_all (each new vertex weighed; a full pass only when a vertex
+  // changes its candidate or the best is replaced): read on every progress report and plan.
   void reindex();
+  void weigh(size_t i);
   std::vector<messages::decoded_message> vertices_;
   std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
   int best_ = -1;
