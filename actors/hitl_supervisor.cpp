@@ -5,6 +5,7 @@
 #include "actors/supervisor_state.hpp"
 #include "actors/supervisor_steps.hpp"
 #include "maxkernel/schema/operator.capnp.h"
+#include "messages/decision_kind.hpp"
 #include "messages/source_candidate.hpp"
 
 #include <caf/actor_system.hpp>
@@ -113,19 +114,6 @@ messages::decoded_message own_decision(unsigned seq, DecisionKind kind, const st
   auto decoded = messages::decode<schema::Decision>(messages::encode(msg), error);
   decoded->allow_rereading();
   return std::move(*decoded);
-}
-
-const char* kind_name(DecisionKind k) {
-  switch (k) {
-    case DecisionKind::APPROVE: return "approve";
-    case DecisionKind::REJECT: return "reject";
-    case DecisionKind::EDIT: return "edit";
-    case DecisionKind::HINT: return "hint";
-    case DecisionKind::TAKE_OVER: return "take over";
-    case DecisionKind::HAND_OVER: return "hand over";
-    case DecisionKind::STOP: return "stop";
-  }
-  return "unknown";
 }
 
 // The shells learn that the search ended (or could not go on), then the request is answered.
@@ -290,7 +278,7 @@ void decide(supervisor_self self, unsigned index, messages::decoded_message deci
     return;
   std::string who = d.getOperator().size() ? d.getOperator().cStr() : "the operator";
   std::string text = d.getText().cStr();
-  report(self, fmt::format("proposal #{}: {} by {}", seq, kind_name(d.getKind()), who));
+  report(self, fmt::format("proposal #{}: {} by {}", seq, messages::decision_kind_name(d.getKind()), who));
   switch (d.getKind()) {
     case DecisionKind::APPROVE:
       if (!set_decision(self, index, "approved", ""))

@@ -243,19 +243,6 @@ std::string encode_decision(const operator_command& command, uint32_t seq) {
   return messages::encode(msg);
 }
 
-const char* decision_kind_name(schema::DecisionKind kind) {
-  switch (kind) {
-    case schema::DecisionKind::APPROVE: return "approve";
-    case schema::DecisionKind::REJECT: return "reject";
-    case schema::DecisionKind::EDIT: return "edit";
-    case schema::DecisionKind::HINT: return "hint";
-    case schema::DecisionKind::TAKE_OVER: return "takeover";
-    case schema::DecisionKind::HAND_OVER: return "handover";
-    case schema::DecisionKind::STOP: return "stop";
-  }
-  return "unknown";
-}
-
 const char* operator_command_help() {
   return "decisions on the waiting proposal:\n"
          "  approve                    accept it\n"

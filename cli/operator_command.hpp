@@ -36,9 +36,6 @@ parsed_operator_command parse_operator_command(const std::string& line);
 // operator's name is left to the gateway (it knows the shell's attach name).
 std::string encode_decision(const operator_command& command, uint32_t seq);
 
-// How the console names a decision kind: the command that makes it.
-const char* decision_kind_name(schema::DecisionKind kind);
-
 const char* operator_command_help();
 
 }  // namespace maxkernel::cli

@@ -5,6 +5,7 @@
 #include "maxkernel/schema/common.capnp.h"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "messages/decision_kind.hpp"
 
 #include <capnp/message.h>
 #include <fmt/format.h>
@@ -121,7 +122,7 @@ void proposal_body(std::ostringstream& o, schema::Proposal::Reader p) {
 
 std::string describe_decision(schema::Decision::Reader d) {
   auto who = text_of(d.getOperator());
-  auto out = fmt::format("decided #{}: {} by {}", d.getSeq(), decision_kind_name(d.getKind()),
+  auto out = fmt::format("decided #{}: {} by {}", d.getSeq(), messages::decision_kind_name(d.getKind()),
                          who.empty() ? "?" : who);
   auto text = text_of(d.getText());
   auto source = text_of(d.getSource());

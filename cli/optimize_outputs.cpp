@@ -5,6 +5,7 @@
 #include "cli/profile_report.hpp"
 #include "maxkernel/schema/operator.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "messages/decision_kind.hpp"
 #include "messages/version.hpp"
 #include "search/graph_export.hpp"
 
@@ -130,19 +131,6 @@ std::string kernel_file(schema::KernelSpec::Reader spec, schema::OptimizeResult:
   return text + in_jaxbench_convention(spec, reference);
 }
 
-const char* decision_name(schema::DecisionKind k) {
-  switch (k) {
-    case schema::DecisionKind::APPROVE: return "approve";
-    case schema::DecisionKind::REJECT: return "reject";
-    case schema::DecisionKind::EDIT: return "edit";
-    case schema::DecisionKind::HINT: return "hint";
-    case schema::DecisionKind::TAKE_OVER: return "take over";
-    case schema::DecisionKind::HAND_OVER: return "hand over";
-    case schema::DecisionKind::STOP: return "stop";
-  }
-  return "unknown";
-}
-
 // One readable line per transcript entry (the report's transcript section).
 std::vector<std::string> transcript_lines(schema::OptimizeResult::Reader result) {
   std::vector<std::string> lines;
@@ -177,7 +165,7 @@ std::vector<std::string> transcript_lines(schema::OptimizeResult::Reader result)
         } else if (d.getSource().size())
           detail = fmt::format("a kernel of {} lines", std::count(d.getSource().begin(),
                                                                  d.getSource().end(), '\n'));
-        lines.push_back(fmt::format("#{} {} by {}{}", t.getSeq(), decision_name(d.getKind()),
+        lines.push_back(fmt::format("#{} {} by {}{}", t.getSeq(), messages::decision_kind_name(d.getKind()),
                                     d.getOperator().size() ? d.getOperator().cStr() : "?",
                                     detail.empty() ? "" : ": " + detail));
         break;
