@@ -190,7 +190,7 @@ def check_outputs(r, mode, budget):
     db = sqlite3.connect(r.out / "search.sqlite")
     try:
         tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert tables == {"meta", "searches", "vertices", "edges"}, tables
+        assert tables == {"meta", "searches", "vertices", "edges", "transcript"}, tables
         assert db.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
         searches = db.execute("SELECT key, task, mode, chip FROM searches").fetchall()
         assert len(searches) == 1 and searches[0][1:] == ("matmul_bf16", mode, "v6e"), searches
@@ -356,14 +356,13 @@ def test_resume_after_sigkill_dispatches_only_what_had_not_finished(tmp_path, gr
 # --- bad input --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, spec, message", [
-    (("--mode", "hitl"), SPEC, "--mode"),
     (("--mode", "annealing"), SPEC, "--mode"),
     (("--budget-evals", "0"), SPEC, "no end"),
     (("--policy", "nonsense"), SPEC, "--policy"),
     (("--nodes", "0"), SPEC, "--nodes"),
     (("--target-roofline", "2"), SPEC, "--target-roofline"),
     ((), ROOT / "examples" / "matmul" / "no_such_spec.yaml", "no_such_spec.yaml"),
-], ids=["mode-hitl", "mode-unknown", "no-end", "policy", "nodes-0", "roofline-2", "no-spec"])
+], ids=["mode-unknown", "no-end", "policy", "nodes-0", "roofline-2", "no-spec"])
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, args, spec, message):
     out, state = tmp_path / "out", tmp_path / "state"
     r = optimize(*args, "--out", out, "--json", tmp_path / "result.json", state=state, spec=spec,
