@@ -136,6 +136,12 @@ private:
       if (e.getHasDiagnosis())
         diagnosis = render_diagnosis(e.getDiagnosis());
     }
+    // hitl: the operator's feedback and hints, after the diagnosis they qualify.
+    if (req.getGuidance().size() > 0) {
+      diagnosis += "\n\nThe operator's feedback and hints on earlier candidates (follow them):";
+      for (auto g : req.getGuidance())
+        diagnosis += "\n- " + std::string(g.cStr());
+    }
     std::string system, user;
     if (auto s = system_prompt(chip, system); !s.ok())
       return s;

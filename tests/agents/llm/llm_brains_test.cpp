@@ -110,6 +110,33 @@ TEST_F(LlmBrains, PlannerRespectsMaxSteps) {
   EXPECT_EQ(std::string(plan.getSteps()[0].getMove().cStr()), "grow_block");
 }
 
+// hitl: the operator's feedback and hints reach the LLM planner's prompt; without any, the
+// prompt says nothing of an operator.
+TEST_F(LlmBrains, PlannerPromptCarriesTheOperatorsGuidance) {
+  for (bool with : {false, true}) {
+    START(server, "plan_from_json.json");
+    capnp::MallocMessageBuilder msg;
+    auto req = msg.initRoot<schema::PlannerRequest>();
+    build_spec(req.initSpec());
+    build_analysis(req.initAnalysis());
+    build_history_entry(req.initHistory(1)[0]);
+    req.setChip("v5e");
+    if (with) {
+      auto g = req.initGuidance(2);
+      g.set(0, "the operator rejected vertex 1 (growBlock): too much VMEM");
+      g.set(1, "try bf16 inputs with f32 accumulation");
+    }
+    capnp::MallocMessageBuilder out_msg;
+    auto plan = out_msg.initRoot<schema::Plan>();
+    ASSERT_TRUE(llm::make_llm_planner(replay_config(server))->plan(req.asReader(), plan).ok());
+    auto requests = server.requests();
+    std::string user = messages_of(requests.back())[1]["content"];
+    EXPECT_EQ(user.find("operator") != std::string::npos, with) << user;
+    EXPECT_EQ(user.find("- try bf16 inputs with f32 accumulation") != std::string::npos, with);
+    EXPECT_EQ(user.find("too much VMEM") != std::string::npos, with);
+  }
+}
+
 TEST_F(LlmBrains, ImplementerTurnsTheCodeReplyIntoACandidate) {
   START(server, "code_reply.json");
   capnp::MallocMessageBuilder msg;
