@@ -216,12 +216,11 @@ std::string operator_candidate(const std::string& source, const std::string& par
   return messages::encode(msg);
 }
 
-// edit: parameters go through the implementer (it re-renders the proposal's template with
-// them, within the chip's VMEM); a source is taken as it is.
+// edit: parameters go through the implementer as a one-step plan (it re-renders the
+// proposal's template with them, within the chip's VMEM); a source is taken as it is.
 void edit(supervisor_self self, unsigned index, unsigned seq, schema::Decision::Reader d,
           const std::string& who) {
   auto run = self->state.run;
-  auto ctx = run->ctx;
   auto v = run->record.vertex(index);
   if (d.getChanges().size() == 0) {
     if (d.getSource().size() == 0)
@@ -232,42 +231,36 @@ void edit(supervisor_self self, unsigned index, unsigned seq, schema::Decision::
                  "edited", static_cast<int>(index), "operator edit",
                  "the operator's edit of vertex " + std::to_string(index));
   }
+  // A one-step plan for the implementer, taken as every plan's steps are (a kernel already in
+  // the graph is no new candidate).
   capnp::MallocMessageBuilder msg;
-  auto req = msg.initRoot<schema::ImplementRequest>();
-  req.setSchemaVersion(schema::SCHEMA_VERSION);
-  req.setSpec(ctx->spec());
-  req.setAnalysis(ctx->analysis());
-  req.setChip(ctx->chip());
-  auto step = req.initStep();
+  auto plan = msg.initRoot<schema::Plan>();
+  plan.setSchemaVersion(schema::SCHEMA_VERSION);
+  auto step = plan.initSteps(1)[0];
   step.setMove("edit");
   step.setTemplate(v.getCandidate().getTemplate());
   step.setParentId(v.getCandidate().getId());
   step.setChanges(d.getChanges());
   step.setRationale("the operator's edit of vertex " + std::to_string(index));
   step.setBrain("operator");
-  req.setParent(v.getCandidate());
-  req.setHasParent(true);
-  self->request(ctx->pool.implementer, ctx->role_timeout(), messages::implement_atom::value,
-                messages::make_payload<schema::ImplementRequest>(msg))
-    .then(
-      [self, run, index, seq](payload& reply) {
-        if (!current(self, run))
-          return;
-        std::string error;
-        auto rep = messages::open_payload<schema::ImplementReply>(reply, error);
-        if (!rep)
-          return refuse(self, index, seq, "the implementer's reply: " + error);
-        auto r = rep->root<schema::ImplementReply>();
-        run->ctx->usage(r.getUsage());
-        auto c = r.getCandidate();
-        adopt(self, index, seq, messages::encode_root(c), "edited", static_cast<int>(index),
-              c.getStrategy().size() ? c.getStrategy().cStr() : "edit",
-              "the operator's edit of vertex " + std::to_string(index));
-      },
-      [self, run, index, seq](caf::error& err) {
-        if (current(self, run))
-          refuse(self, index, seq, "the edit cannot be made: " + messages::message_of(err));
-      });
+  std::string error;
+  auto decoded = messages::decode<schema::Plan>(messages::encode(msg), error);
+  decoded->allow_rereading();
+  auto impl = std::make_shared<step_implementer<supervisor_impl>>(
+    self, run, std::make_shared<messages::decoded_message>(std::move(*decoded)),
+    std::make_shared<std::vector<std::string>>(), 1,
+    [self, run, index, seq](std::vector<implemented_step> found,
+                            std::vector<std::string> skipped) {
+      if (!current(self, run))
+        return;
+      if (found.empty())
+        return refuse(self, index, seq,
+                      "the edit cannot be made: " +
+                        (skipped.empty() ? std::string("no kernel came of it") : skipped.front()));
+      auto& f = found.front();
+      adopt(self, index, seq, f.candidate, "edited", f.parent, f.strategy, f.rationale);
+    });
+  impl->start();
 }
 
 void decide(supervisor_self self, unsigned index, messages::decoded_message decision) {

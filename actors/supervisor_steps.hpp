@@ -138,12 +138,16 @@ private:
           me->run_->ctx->usage(r.getUsage());
           auto c = r.getCandidate();
           std::string id = c.getId().cStr();
-          bool known = me->run_->record.find_candidate(id) >= 0;
+          int in_graph = me->run_->record.find_candidate(id);
+          bool taken = false;
           for (const auto& t : *me->taken_)
-            known = known || t == id;
+            taken = taken || t == id;
           auto step = me->plan_->template root<schema::Plan>().getSteps()[i];
-          if (known) {
-            me->skipped_.push_back(fmt::format("{}: the same kernel as one already in the graph",
+          if (in_graph >= 0) {
+            me->skipped_.push_back(fmt::format("{}: the same kernel as vertex {}",
+                                               step.getMove().cStr(), in_graph));
+          } else if (taken) {
+            me->skipped_.push_back(fmt::format("{}: the same kernel as another step of this round",
                                                step.getMove().cStr()));
           } else {
             me->taken_->push_back(id);
