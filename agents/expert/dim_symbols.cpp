@@ -132,6 +132,10 @@ int dim_symbols::result_of_operand(int consumer, unsigned k) const {
     return 0;
   auto want = graph_.node(consumer).getOperands()[k];
   auto results = graph_.node(v.id).getResults();
+  // The summary names the result (operandResults): exact even where several results share a
+  // type (the halves of a split, top_k's values and indices of one dtype).
+  if (v.result >= 0)
+    return static_cast<size_t>(v.result) < results.size() ? v.result : -1;
   for (unsigned r = 0; r < results.size(); ++r)
     if (to_vector(results[r].getShape()) == to_vector(want.getShape()) &&
         std::string(results[r].getDtype().cStr()) == want.getDtype().cStr())

@@ -36,8 +36,9 @@ public:
   // own expression when it equals the dim's size, "0" for 0, a fraction of the dim for p/q
   // with q <= 8, else the literal when no input has that size; empty when unknown.
   std::string bound_expr(const value_ref& v, int axis, int64_t bound, int result = 0) const;
-  // The result of node `id` whose type equals the operand type (several results: top_k,
-  // sort); -1 when none does.
+  // Which result of its producer operand k of `consumer` reads: the summary's operandResults
+  // when it says, else (older summaries) the first result whose type equals the operand's;
+  // -1 when none does.
   int result_of_operand(int consumer, unsigned k) const;
   // True when some dim of a graph input has this size.
   bool is_input_size(int64_t size) const;
