@@ -258,6 +258,9 @@ private:
 
   bool collect();
   bool check_value(val& v, const std::string& what);
+  std::vector<dim_map> factor_order(const std::vector<dim_map>& dims) const;
+  bool in_factor_order(const std::vector<dim_map>& dims) const;
+  bool slice_member(int id, val& r);
   void finish_presence(val& v);
   bool positional(const std::vector<int64_t>& shape, size_t j, dim_map& m) const;
   bool operand_val(int node, unsigned k, val& v, bool allow_unknown_input);
@@ -393,10 +396,35 @@ std::string builder::adapt(const val& v, const std::vector<int>& level) {
 
 // Every dim spans whole factors; dims of one axis consecutive and in order, covering every
 // factor of size > 1; axes in increasing order along the dims.
+// The dims in factor order: with member-outer pooling the lane axis's member dims may come
+// first in the reference's layout (see block_request::member_outer); the block is
+// member-major either way, so the checks below read them sorted.
+std::vector<dim_map> builder::factor_order(const std::vector<dim_map>& dims) const {
+  std::vector<dim_map> out = dims;
+  if (!req_.member_outer || kdims_ == 0)
+    return out;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!out[i].unit() && kaxis_[static_cast<size_t>(out[i].axis)] == kdims_ - 1)
+      at.push_back(i);
+  std::vector<dim_map> lane;
+  for (size_t i : at)
+    lane.push_back(out[i]);
+  std::stable_sort(lane.begin(), lane.end(),
+                   [](const dim_map& a, const dim_map& b) { return a.lo < b.lo; });
+  for (size_t j = 0; j < at.size(); ++j)
+    out[at[j]] = lane[j];
+  return out;
+}
+
+bool builder::in_factor_order(const std::vector<dim_map>& dims) const {
+  return factor_order(dims) == dims;
+}
+
 bool builder::check_value(val& v, const std::string& what) {
   finish_presence(v);
   int last_axis = -1, next_lo = 0;
-  for (auto& d : v.dims) {
+  for (auto& d : factor_order(v.dims)) {
     if (d.unit())
       continue;
     if (d.axis != last_axis) {
@@ -582,9 +610,17 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
                   std::to_string(input) + " runs along");
   if (!check_value(v, "graph input " + std::to_string(input)))
     return false;
-  for (int a = 0; a < naxes(); ++a)
-    if (coarse(v, a) || pooled(v, a))
+  int pool_axis = -1;
+  for (int a = 0; a < naxes(); ++a) {
+    if (coarse(v, a))
       return fail("graph input " + std::to_string(input) + " holds one value per group");
+    if (pooled(v, a)) {
+      // One value per group of the lane axis, as the pooled values it meets (natural order).
+      if (out_.pool_axis >= 0 && (out_.pool_axis != a || out_.pool != pool_of(v, a)))
+        return fail("graph input " + std::to_string(input) + " is pooled otherwise");
+      pool_axis = a;
+    }
+  }
   v.mat = v.present;
   block_operand op;
   op.input = input;
@@ -592,15 +628,29 @@ bool builder::bind_input(int input, const std::vector<dim_map>& dims, val& out) 
   op.dtype = v.dtype;
   op.dims = dims;
   op.present = v.present;
+  op.pooled = pool_axis >= 0;
+  if (op.pooled) {
+    out_.pool_axis = pool_axis;
+    out_.pool = pool_of(v, pool_axis);
+  }
   op.scalar = std::none_of(v.present.begin(), v.present.end(), [](bool b) { return b; });
   if (op.scalar) {
     op.space_shape = "(1,)";
   } else {
     std::string s = "(";
-    for (int a = 0; a < naxes(); ++a)
-      s += (op.present[static_cast<size_t>(a)] ? space_[static_cast<size_t>(a)].extent_expr()
-                                                : std::string("1")) +
-           ", ";
+    for (int a = 0; a < naxes(); ++a) {
+      const auto& ax = space_[static_cast<size_t>(a)];
+      std::string e = "1";
+      if (op.present[static_cast<size_t>(a)] && a == pool_axis) {
+        e.clear();  // the groups only: the leading factors
+        for (int f = 0; f < v.level[static_cast<size_t>(a)]; ++f)
+          e += (e.empty() ? "" : " * ") + ax.factor_exprs[static_cast<size_t>(f)];
+        e = "(" + e + ")";
+      } else if (op.present[static_cast<size_t>(a)]) {
+        e = ax.extent_expr();
+      }
+      s += e + ", ";
+    }
     s.resize(s.size() - 2);
     op.space_shape = s + (naxes() == 1 ? ",)" : ")");
   }
@@ -1116,6 +1166,8 @@ bool builder::process(int id) {
         return false;
     } else if (p == "reshape" || p == "expand_dims") {
       if (o.known) {
+        if (!in_factor_order(o.dims))
+          return fail(node_desc(id) + ": reshapes a value whose members lead its groups");
         if (!reshape_map(o.shape, o.dims, r.shape, r.dims))
           return fail(node_desc(id) + ": " + why_);
         if (!check_value(r, node_desc(id)))
@@ -1476,9 +1528,90 @@ bool builder::process(int id) {
     return true;
   }
 
+  if (p == "slice")
+    return slice_member(id, r);
   if (p == "dot_general" || p == "conv_general_dilated")
     return fail(node_desc(id) + ": a second matmul after the seeds");
   return elementwise(id, p);
+}
+
+// A static slice that keeps one member of the lane axis's trailing constant factors (the
+// gate g of gates[:, g]) and every other dim whole: lane slice g of the member-major block,
+// one value per group (pooled, see block_program::pool_axis).
+bool builder::slice_member(int id, val& r) {
+  val o;
+  if (!operand_val(id, 0, o, false))
+    return false;
+  if (!o.known)
+    return fail(node_desc(id) + ": slices graph inputs whose layout is unknown");
+  const auto& params = g_.params(id);
+  auto start = params.value("start_indices", std::vector<int64_t>{});
+  auto limit = params.value("limit_indices", std::vector<int64_t>{});
+  auto strides = params.value("strides", nlohmann::json());
+  if (start.size() != o.shape.size() || limit.size() != o.shape.size())
+    return fail(node_desc(id) + ": bad slice bounds");
+  if (strides.is_array())
+    for (auto& x : strides)
+      if (x.get<int64_t>() != 1)
+        return fail(node_desc(id) + ": a strided slice");
+  int cut = -1;
+  for (size_t d = 0; d < o.shape.size(); ++d) {
+    if (start[d] == 0 && limit[d] == o.shape[d])
+      continue;
+    if (cut >= 0 || limit[d] - start[d] != 1)
+      return fail(node_desc(id) + ": a slice other than one member of a constant factor");
+    cut = static_cast<int>(d);
+  }
+  if (cut < 0) {  // the whole value
+    r.dims = o.dims;
+    r.var = o.var;
+    r.mat = o.mat;
+    if (!check_value(r, node_desc(id)))
+      return false;
+    nodes_[id] = r;
+    return true;
+  }
+  const auto& m = o.dims[static_cast<size_t>(cut)];
+  if (m.unit())
+    return fail(node_desc(id) + ": slices a dim of unknown axis");
+  int a = m.axis, k = kaxis_[static_cast<size_t>(a)];
+  const auto& ax = space_[static_cast<size_t>(a)];
+  // The member factors: the trailing factors [m.lo, m.hi) of the lane axis, all constants,
+  // sliced from a value spanning the whole axis.
+  if (k != kdims_ - 1 || m.hi != static_cast<int>(ax.factors.size()) || m.lo == 0 ||
+      o.level[static_cast<size_t>(a)] < full_level(a))
+    return fail(node_desc(id) + ": slices something other than the members of the lane axis");
+  int64_t P = 1;
+  for (int f = m.lo; f < m.hi; ++f) {
+    const auto& e = ax.factor_exprs[static_cast<size_t>(f)];
+    if (e.empty() || !std::all_of(e.begin(), e.end(), [](char c) { return std::isdigit(c); }))
+      return fail(node_desc(id) + ": slices a factor whose size is not a constant");
+    P *= std::stoll(e);
+  }
+  r.dims = o.dims;
+  r.dims[static_cast<size_t>(cut)] = dim_map{};
+  if (!check_value(r, node_desc(id)))
+    return false;
+  if (pool_of(r, a) != P)
+    return fail(node_desc(id) + ": a member slice that does not leave one value per group");
+  if (out_.pool_axis >= 0 && (out_.pool_axis != a || out_.pool != P))
+    return fail(node_desc(id) + ": pools with two group sizes");
+  out_.pool_axis = a;
+  out_.pool = P;
+  int64_t g = start[static_cast<size_t>(cut)];
+  stmt st;
+  st.present = r.present;
+  st.kind = r.kind;
+  st.prim = "slice";
+  st.args = {materialize(o, {a})};
+  std::string w = fmt::format("(_blk[{}] // {})", k, P);
+  st.expr = fmt::format("jax.lax.slice_in_dim({{0}}, {0} * {1}, {2} * {1}, axis={3})", g, w,
+                        g + 1, k);
+  st.var = "v" + std::to_string(id);
+  r.mat = o.mat;
+  r.var = add_stmt(st);
+  nodes_[id] = r;
+  return true;
 }
 
 std::string builder::prologue(bool with_seeds, const std::set<std::string>& used) const {
@@ -1526,6 +1659,7 @@ std::string builder::prologue(bool with_seeds, const std::set<std::string>& used
             src = fmt::format("s{}.shape[{}]", i, k);
       for (size_t j = 0; j < out_.operands.size() && src == "1"; ++j)
         if (out_.operands[j].present[static_cast<size_t>(a)] && !out_.operands[j].scalar &&
+            !(out_.operands[j].pooled && a == out_.pool_axis) &&
             used.count("in" + std::to_string(out_.operands[j].input)))
           src = fmt::format("in{}.shape[{}]", out_.operands[j].input, k);
       blk += src + ", ";

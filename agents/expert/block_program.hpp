@@ -104,6 +104,12 @@ struct block_request {
   std::vector<value_ref> outputs;   // graph values to compute (typically graph outputs)
   std::string name = "block_fn";    // name of the generated function(s)
   int stream_axis = -1;             // >= 0: also try the streamed form along this axis
+  // MEMBER-OUTER pooling (the gates of an LSTM: gates[:, g] of a [M, G, N'] product): on the
+  // lane axis, values may list the dims of its trailing constant factors (the members) before
+  // those of its leading ones (the groups). Blocks along the axis are member-major either way
+  // (see block_program::pool_axis); only how the template fetches them differs: member g of
+  // a column block is one contiguous column block of the reference's layout, so no copy.
+  bool member_outer = false;
 };
 
 // A graph input the code reads besides the seeds.
@@ -114,6 +120,9 @@ struct block_operand {
   std::vector<dim_map> dims;        // per dim of the input
   std::vector<bool> present;        // per space axis: spans it (false: broadcast along it)
   bool scalar = false;              // present along no axis: passed as a scalar
+  // One value per group along block_program::pool_axis (the cell state of an LSTM next to
+  // its gates): its blocks are block / pool wide, in natural order.
+  bool pooled = false;
   std::string space_shape;          // Python tuple expression of its space-form shape
 };
 
@@ -138,6 +147,8 @@ struct block_program {
   // axis at full size) at position r * (block / pool) + c, so a group's reduction is one of
   // `pool` lane-aligned slices. Pooled outputs come back in natural order, block / pool wide.
   // Iotas and arg-reductions along pool_axis are refused (the order is permuted).
+  // A static slice of one member (gates[:, g], a slice of width 1 along the member factors)
+  // is the lane-aligned slice g of the block, pooled like a reduction's result.
   int pool_axis = -1;
   int64_t pool = 1;
   std::vector<std::string> primitives;  // the primitives fused (for summaries)

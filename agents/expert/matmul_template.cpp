@@ -257,8 +257,8 @@ public:
       if (d == 0) {
         shape0 = shape;
         k0 = k;
-      } else if (shape != shape0 || k != k0) {
-        return std::nullopt;  // several dots, but not over one output space and one K
+      } else if (shape != shape0) {
+        return std::nullopt;  // several dots, but not over one output space
       }
       // integer dots accumulate in int32, float ones in f32; no mixing
       bool int_dot = !is_float_dtype(g.dtype(out));
@@ -287,16 +287,31 @@ public:
       space[2].factors.push_back(rshape[static_cast<size_t>(d)]);
       space[2].factor_exprs.push_back(fmt::format("{}.shape[{}]", rname, d));
     }
-    auto program = [&](const std::vector<space_axis>& sp, block_program& prog) {
+    // member_outer: sp's N axis is `space`'s with its leading factor moved last (the members),
+    // and the seeds' dims follow (see block_request::member_outer).
+    auto program = [&](const std::vector<space_axis>& sp, block_program& prog,
+                       bool member_outer) {
       block_request req;
       req.space = sp;
       req.name = "epilogue";
       req.stream_axis = sp.size() == 3 ? 2 : -1;
+      req.member_outer = member_outer;
       for (int id : seeds) {
         block_seed s;
         s.value = {value_ref::kind::node, id, ""};
-        if (!map_dims_to_factors(g.shape(s.value), sp, s.dims))
+        if (!map_dims_to_factors(g.shape(s.value), member_outer ? space : sp, s.dims))
           return false;
+        if (member_outer) {
+          int nf = static_cast<int>(sp[2].factors.size());
+          for (auto& d : s.dims) {
+            if (d.unit() || d.axis != 2)
+              continue;
+            if (d.hi != d.lo + 1)
+              return false;  // a dim merging the members with other factors
+            d.lo = d.lo == 0 ? nf - 1 : d.lo - 1;
+            d.hi = d.lo + 1;
+          }
+        }
         req.seeds.push_back(s);
       }
       for (unsigned k = 0; k < g.output_count(); ++k)
@@ -306,8 +321,31 @@ public:
     block_program prog;
     // Axis presence for the kernel's BlockSpecs (batch, M, N); with N split, N is present
     // when its inner part is (the outer part is the block index).
-    bool n_split = false;
-    if (!program(space, prog)) {
+    bool n_split = false, pool_outer = false;
+    // Static slices of single members of N's leading factor (gates[:, g] of [M, G, N']
+    // products; G a count the reference slices with constant indices, so it stays at every
+    // size): the members become the pooled trailing factor of a member-outer N axis.
+    auto try_members = [&]() {
+      if (space[2].factors.size() < 2 || space[2].factors[0] < 2 || space[2].factors[0] > 16)
+        return false;
+      std::vector<space_axis> ms = space;
+      auto& n = ms[2];
+      int64_t members = n.factors[0];
+      n.factors.erase(n.factors.begin());
+      n.factor_exprs.erase(n.factor_exprs.begin());
+      n.factors.push_back(members);
+      n.factor_exprs.push_back(std::to_string(members));
+      block_program mp;
+      std::string why_before = why;
+      if (!program(ms, mp, true) || mp.pool_axis != 2 || mp.pool != members) {
+        why = why_before;
+        return false;
+      }
+      prog = std::move(mp);
+      space = ms;
+      return true;
+    };
+    if (!program(space, prog, false) && !(pool_outer = try_members())) {
       // Reductions over the last rhs free dim alone (a norm per head of "mk,khd->mhd"): split
       // N into an outer part on the grid (one per block) and an inner part a block spans.
       if (space[2].factors.size() < 2)
@@ -321,7 +359,7 @@ public:
       split[3].factors = {space[2].factors.back()};
       split[3].factor_exprs = {space[2].factor_exprs.back()};
       why.clear();
-      if (!program(split, prog) || !prog.reduced[3])
+      if (!program(split, prog, false) || !prog.reduced[3])
         return std::nullopt;
       n_split = true;
       space = split;
@@ -342,6 +380,22 @@ public:
     int64_t pool = prog.pool_axis >= 0 ? prog.pool : 1;
     if (pool > 1 && (n_split || prog.pool_axis != 2 || prog.reduced[2]))
       return std::nullopt;
+
+    // Contractions: dots whose K is another dim (x @ w_ih + h @ w_hh) run as segments of
+    // the K grid axis, one after the other; dots over one K (x @ w1, x @ w2) share steps.
+    std::vector<std::string> k_exprs;
+    std::vector<int> dot_segment(dots.size());
+    for (size_t d = 0; d < dots.size(); ++d) {
+      std::vector<std::string> ke;
+      for (int kd : lhs[d].k)
+        ke.push_back(fmt::format("{}.shape[{}]", sig.input(lhs[d].input), kd));
+      std::string e = product_expr(ke);
+      auto it = std::find(k_exprs.begin(), k_exprs.end(), e);
+      dot_segment[d] = static_cast<int>(it - k_exprs.begin());
+      if (it == k_exprs.end())
+        k_exprs.push_back(e);
+    }
+    std::vector<int> mat_segment;
 
     // Canonical operands (deduplicated: x @ w1 and x @ w2 read x once).
     bool int_dot = !is_float_dtype(g.dtype(value_ref{value_ref::kind::node, dots[0], ""}));
@@ -382,6 +436,9 @@ public:
         if (it == index.end()) {
           it = index.emplace(m, static_cast<int>(mats.size())).first;
           mats.push_back(m);
+          mat_segment.push_back(dot_segment[d]);
+        } else if (mat_segment[static_cast<size_t>(it->second)] != dot_segment[d]) {
+          return std::nullopt;  // one operand in two contractions
         }
         ids[w] = it->second;
       }
@@ -398,9 +455,11 @@ public:
       if (m.layout == "kn") { need(ak, sub); need(an, 128); }
       if (m.layout == "nk") { need(an, sub); need(ak, 128); }
     }
-    json extras = json::array(), extra_exprs = json::array(), extra_bytes = json::array();
+    json extras = json::array(), extra_exprs = json::array(), extra_bytes = json::array(),
+         extra_pooled = json::array();
     for (auto& op : prog.operands) {
       const std::string& nm = sig.input(op.input);
+      extra_pooled.push_back(op.pooled);
       if (op.scalar) {
         extras.push_back(nullptr);
         extra_exprs.push_back(fmt::format("jnp.reshape(jnp.asarray({}), (1,)).astype(jnp.{})",
@@ -458,18 +517,23 @@ public:
                              nexprs = space[2].factor_exprs;
     if (n_split)
       nexprs.push_back(space[3].factor_exprs[0]);
-    std::vector<std::string> kexprs;
-    for (int d : lhs[0].k)
-      kexprs.push_back(fmt::format("{}.shape[{}]", lname, d));
-    std::string kexpr = product_expr(kexprs);
+    std::string kexpr = k_exprs[0];
+    if (k_exprs.size() > 1) {
+      kexpr = "(";
+      for (auto& e : k_exprs)
+        kexpr += e + ", ";
+      kexpr += ")";
+    }
     std::string prep = fmt::format("    B, M, N, K = {}, {}, {}, {}\n", product_expr(bexprs),
                                    product_expr(mexprs), product_expr(nexprs), kexpr);
     prep += "    mats = [\n";
-    for (auto& m : mats) {
-      std::string shape = m.layout == "mk"   ? "(B, M, K)"
-                          : m.layout == "km" ? "(B, K, M)"
-                          : m.layout == "kn" ? "(B, K, N)"
-                                             : "(B, N, K)";
+    for (size_t i = 0; i < mats.size(); ++i) {
+      const auto& m = mats[i];
+      std::string k = k_exprs.size() > 1 ? fmt::format("K[{}]", mat_segment[i]) : "K";
+      std::string shape = m.layout == "mk"   ? "(B, M, " + k + ")"
+                          : m.layout == "km" ? "(B, " + k + ", M)"
+                          : m.layout == "kn" ? "(B, " + k + ", N)"
+                                             : "(B, N, " + k + ")";
       prep += fmt::format("        jnp.reshape({}, {}),\n", sig.input(m.input), shape);
     }
     prep += "    ]\n";
@@ -506,12 +570,15 @@ public:
     for (auto& p : prog.primitives)
       prims += (prims.empty() ? "" : " ") + p;
     tm.summary = fmt::format(
-        "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}{}", dots.size(),
+        "{} dot(s) B={} M={} N={} K={} ({} {}{}), epilogue [{}] in {} mode{}{}{}", dots.size(),
         space[0].extent(), space[1].extent(),
         space[2].extent() * (n_split ? space[3].extent() : 1), k0, lhs[0].layout,
         rhs[0].layout, ", " + eltype, prims.empty() ? "none" : prims, mode,
         full_m ? ", whole columns of M per block" : "",
-        pool > 1 ? fmt::format(", output pooled by {} along N", pool) : "");
+        pool > 1 ? fmt::format(", output {} by {} along N",
+                               pool_outer ? "sliced into members" : "pooled", pool)
+                 : "",
+        k_exprs.size() > 1 ? fmt::format(", {} contractions in turn", k_exprs.size()) : "");
     json config = {{"mode", mode},
                    {"full_m", full_m},
                    {"align", {am, an, ak}},
@@ -525,6 +592,9 @@ public:
                    {"acc_dtype", int_dot ? "int32" : "float32"},
                    {"stream_accs", stream_accs},
                    {"pool", pool},
+                   {"pool_outer", pool_outer},
+                   {"extra_pooled", extra_pooled},
+                   {"mat_segments", mat_segment},
                    {"transcendentals", prog.transcendentals}};
     std::string code = prog.code;
     if (mode == "stream")

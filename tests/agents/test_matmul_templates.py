@@ -204,3 +204,34 @@ def test_maxout_spellings_reduce_max_and_sum(tmp_path):
     matched, _, _ = template_and_check(tmp_path, eights, "matmul",
                                        {"block_m": 32, "block_n": 1024, "block_k": 128})
     assert "pooled by 8" in summary(matched, "matmul")
+
+
+def test_gate_slices_of_two_contractions_lstm_cell(tmp_path):
+    # An LSTM cell spelled with dot_general and einsum on [K, 4, N] weights:
+    # gates[:, g] slices one member of the product's leading N factor; x and h contract over
+    # different dims (K != N), so the two products run one after the other along K. The
+    # weights are read in place (no member-major copy) and c comes in per column.
+    spec = write_spec(tmp_path, "lstm_small", "{B: 32, K: 256, N: 128}",
+                      ["{name: x, shape: [B, K], dtype: bfloat16}",
+                       "{name: h, shape: [B, N], dtype: bfloat16}",
+                       "{name: c, shape: [B, N], dtype: float32}",
+                       "{name: w_ih, shape: [K, 4, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+                       "{name: w_hh, shape: [N, 4, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+                       "{name: bias, shape: [4, N], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, h, c, w_ih, w_hh, bias):
+            dn = (((1,), (0,)), ((), ()))
+            gates = (jax.lax.dot_general(x, w_ih, dn, preferred_element_type=jnp.float32)
+                     + jnp.einsum("bm,mgn->bgn", h, w_hh, preferred_element_type=jnp.float32)
+                     + bias[None])
+            i, f, g, o = [gates[:, j, :] for j in range(4)]
+            c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            return (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(h.dtype), c_new
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 16, "block_n": 512, "block_k": 128})
+    s = summary(matched, "matmul")
+    assert "sliced into members by 4" in s and "2 contractions in turn" in s, s
+    # the weights reach the kernel as they are (a free reshape), one BlockSpec per gate
+    assert '"pool_outer":True' in source and "jnp.reshape(w_ih, (B, K[0], N))" in source

@@ -16,7 +16,13 @@ PARAMS = {{params}}
 # epilogue reducing within groups), and the alignment of (M, N, K) blocks. An extra marked
 # "inner" spans one group and is the same block for every column block. With pool > 1 the
 # epilogue reduces groups of `pool` adjacent columns (maxout): it reads each column block
-# member-major (see _member_major) and its outputs are bn // pool wide.
+# member-major (see _member_major) and its outputs are bn // pool wide. With pool_outer the
+# members are the OUTER factor of N (the gates of [K, G, N'] weights): member g of a column
+# block is one contiguous block of the reference's columns, fetched by its own BlockSpec (no
+# copy), and the accumulator holds the members side by side. extra_pooled: the extra holds
+# one value per group (bn // pool wide, natural order). mat_segments: dots over different
+# contractions (x @ w_ih + h @ w_hh) run one after the other along the K grid axis, each
+# operand's block index held at its segment's ends outside it (no refetch).
 CFG = {{config}}
 
 
@@ -62,14 +68,21 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
         bn = NI
     else:
         bn = _fit(N, int(PARAMS["block_n"]), an)
-    bk = _fit(K, int(PARAMS["block_k"]), ak)
-    nm, nn, nk = M // bm, N // bn, K // bk
+    Ks = tuple(K) if isinstance(K, (tuple, list)) else (K,)
+    bks = [_fit(k, int(PARAMS["block_k"]), ak) for k in Ks]
+    nks = [k // b for k, b in zip(Ks, bks)]
+    starts = [sum(nks[:s]) for s in range(len(nks))]
+    segments = CFG.get("mat_segments") or [0] * len(mats)
+    nm, nn, nk = M // bm, N // bn, sum(nks)
     pool = CFG["pool"]
-    if pool > 1:
+    outer = pool > 1 and CFG.get("pool_outer", False)
+    pooled_extra = CFG.get("extra_pooled") or [False] * len(extras)
+    bw = bn // pool
+    if pool > 1 and not outer:
         mats = [_member_major(x, 2 if lay == "kn" else 1, bn, pool) if lay in ("kn", "nk")
                 else x for x, lay in zip(mats, CFG["mat_layouts"])]
-        extras = [x if pres is None or not pres[2] else _member_major(x, 2, bn, pool)
-                  for x, pres in zip(extras, CFG["extras"])]
+        extras = [x if pres is None or not pres[2] or pp else _member_major(x, 2, bn, pool)
+                  for x, pres, pp in zip(extras, CFG["extras"], pooled_extra)]
     n_major = mode == "tile" and PARAMS.get("grid_order", "m_major") == "n_major"
     grid = (B, nn, nm, nk) if n_major else (B, nm, nn, nk)
 
@@ -78,22 +91,53 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             return pl.BlockSpec(shape, lambda b, j, i, k: f(b, i, j, k))
         return pl.BlockSpec(shape, f)
 
-    def space_spec(pres, cols=bn):
+    def space_spec(pres, cols=bn, member=None):
         shape = (None, bm if pres[1] else 1, cols if pres[2] else 1)
         inner = len(pres) > 3  # one group, whichever column block
-        return spec(shape, lambda b, i, j, k: (b if pres[0] else 0, i if pres[1] else 0,
-                                               j if pres[2] and not inner else 0))
+        # member g of a member-outer column block: column block g * (N // pool // bw) + j
+        step = (N // pool) // bw if member is not None else 0
 
-    mat_blocks = {
-        "mk": ((None, bm, bk), lambda b, i, j, k: (b, i, k)),
-        "km": ((None, bk, bm), lambda b, i, j, k: (b, k, i)),
-        "kn": ((None, bk, bn), lambda b, i, j, k: (b, k, j)),
-        "nk": ((None, bn, bk), lambda b, i, j, k: (b, j, k)),
-    }
-    in_specs = [spec(*mat_blocks[layout]) for layout in CFG["mat_layouts"]]
-    for pres in CFG["extras"]:
-        in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM) if pres is None
-                        else space_spec(pres))
+        def col(j):
+            if not pres[2] or inner:
+                return 0
+            return j if member is None else member * step + j
+        return spec(shape, lambda b, i, j, k: (b if pres[0] else 0, i if pres[1] else 0,
+                                               col(j)))
+
+    def mat_spec(layout, seg, member=None):
+        bk, n_k, k0 = bks[seg], nks[seg], starts[seg]
+        kk = (lambda k: k) if len(Ks) == 1 else (
+            lambda k: jnp.minimum(jnp.maximum(k - k0, 0), n_k - 1))
+        cols = bn if member is None else bw
+        step = (N // pool) // bw if member is not None else 0
+        jj = (lambda j: j) if member is None else (lambda j: member * step + j)
+        blocks = {
+            "mk": ((None, bm, bk), lambda b, i, j, k: (b, i, kk(k))),
+            "km": ((None, bk, bm), lambda b, i, j, k: (b, kk(k), i)),
+            "kn": ((None, bk, cols), lambda b, i, j, k: (b, kk(k), jj(j))),
+            "nk": ((None, cols, bk), lambda b, i, j, k: (b, jj(j), kk(k))),
+        }
+        return spec(*blocks[layout])
+
+    # Kernel inputs: each mat once, or once per member (member-outer rhs and full extras).
+    in_specs, in_arrays, mat_slots, extra_slots = [], [], [], []
+    for x, layout, seg in zip(mats, CFG["mat_layouts"], segments):
+        members = range(pool) if outer and layout in ("kn", "nk") else [None]
+        mat_slots.append(list(range(len(in_specs), len(in_specs) + len(members))))
+        for g in members:
+            in_specs.append(mat_spec(layout, seg, g))
+            in_arrays.append(x)
+    for x, pres, pp in zip(extras, CFG["extras"], pooled_extra):
+        if pres is None:
+            extra_slots.append([len(in_specs)])
+            in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
+            in_arrays.append(x)
+            continue
+        members = range(pool) if outer and pres[2] and not pp else [None]
+        extra_slots.append(list(range(len(in_specs), len(in_specs) + len(members))))
+        for g in members:
+            in_specs.append(space_spec(pres, bw if pp or g is not None else bn, g))
+            in_arrays.append(x)
     out_specs, out_shape = [], []
     for pres, dt in CFG["outputs"]:
         out_specs.append(space_spec(pres, bn // pool))
@@ -104,16 +148,15 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
     dots = CFG["dots"]
     casts = CFG["native_casts"] if PARAMS.get("fp8_mxu") == "native" else CFG["casts"]
     acc_dtype = jnp.dtype(CFG["acc_dtype"])
-    nmats, nextra, nout = len(mats), len(extras), len(out_shape)
+    nin, nout = len(in_specs), len(out_shape)
     scratch = [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
     scratch += [pltpu.VMEM((bm, 1), jnp.dtype(dt)) for dt in CFG["stream_accs"]]
 
     def kernel(*refs):
-        mat_refs = refs[:nmats]
-        extra_refs = refs[nmats:nmats + nextra]
-        out_refs = refs[nmats + nextra:nmats + nextra + nout]
-        acc_refs = refs[nmats + nextra + nout:nmats + nextra + nout + len(dots)]
-        stat_refs = refs[nmats + nextra + nout + len(dots):]
+        in_refs = refs[:nin]
+        out_refs = refs[nin:nin + nout]
+        acc_refs = refs[nin + nout:nin + nout + len(dots)]
+        stat_refs = refs[nin + nout + len(dots):]
         if n_major:
             b, j, i, k = (pl.program_id(a) for a in range(4))
         else:
@@ -124,13 +167,29 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             for acc in acc_refs:
                 acc[...] = jnp.zeros(acc.shape, acc.dtype)
 
-        for (li, ri, _), acc in zip(dots, acc_refs):
-            lhs = _cast(mat_refs[li][...], casts[li])
-            rhs = _cast(mat_refs[ri][...], casts[ri])
+        def accumulate(li, ri, acc):
+            lhs = _cast(in_refs[mat_slots[li][0]][...], casts[li])
             lc = 1 if CFG["mat_layouts"][li] == "mk" else 0
             rc = 0 if CFG["mat_layouts"][ri] == "kn" else 1
-            acc[...] += jax.lax.dot_general(lhs, rhs, (((lc,), (rc,)), ((), ())),
-                                            preferred_element_type=acc_dtype)
+            slots = mat_slots[ri]
+            for g, slot in enumerate(slots):
+                rhs = _cast(in_refs[slot][...], casts[ri])
+                part = jax.lax.dot_general(lhs, rhs, (((lc,), (rc,)), ((), ())),
+                                           preferred_element_type=acc_dtype)
+                if len(slots) == 1:
+                    acc[...] += part
+                else:  # member g of a member-outer block: its lane-aligned slice
+                    acc[:, g * bw:(g + 1) * bw] += part
+
+        for (li, ri, _), acc in zip(dots, acc_refs):
+            seg = segments[li]
+            if len(Ks) == 1:
+                accumulate(li, ri, acc)
+                continue
+
+            @pl.when((k >= starts[seg]) & (k < starts[seg] + nks[seg]))
+            def _segment(li=li, ri=ri, acc=acc):
+                accumulate(li, ri, acc)
 
         def seeds():
             vals = []
@@ -140,8 +199,15 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             return vals
 
         def extra_values():
-            return [r[0] if pres is None else r[...]
-                    for r, pres in zip(extra_refs, CFG["extras"])]
+            vals = []
+            for slots, pres in zip(extra_slots, CFG["extras"]):
+                if pres is None:
+                    vals.append(in_refs[slots[0]][0])
+                elif len(slots) == 1:
+                    vals.append(in_refs[slots[0]][...])
+                else:  # a member-outer block from its members' blocks
+                    vals.append(jnp.concatenate([in_refs[s][...] for s in slots], axis=-1))
+            return vals
 
         if mode == "group":
             offsets = (b, i * bm, j, 0)
@@ -182,7 +248,7 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
         semantics = (par, par, par, "arbitrary")
     in_bytes = sum(x.size * x.dtype.itemsize for x in list(mats) + list(extras))
     out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
-    cost = pl.CostEstimate(flops=2 * B * M * N * K * len(dots),
+    cost = pl.CostEstimate(flops=2 * B * M * N * sum(Ks[segments[li]] for li, _, _ in dots),
                            transcendentals=B * M * N * CFG["transcendentals"],
                            bytes_accessed=int(in_bytes + out_bytes))
     return pl.pallas_call(
@@ -196,7 +262,7 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             dimension_semantics=semantics,
             vmem_limit_bytes=int(PARAMS["vmem_limit_bytes"])),
         cost_estimate=cost,
-    )(*mats, *extras)
+    )(*in_arrays)
 
 
 def workload({{args}}):
