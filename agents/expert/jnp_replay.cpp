@@ -119,11 +119,12 @@ public:
         size_.push_back(s);
     }
     for (unsigned n = 0; n < g.size(); ++n) {
-      node_base_.push_back(static_cast<int>(size_.size()));
-      auto results = g.node(static_cast<int>(n)).getResults();
-      if (results.size() > 0)
-        for (auto s : results[0].getShape())
+      node_base_.emplace_back();
+      for (auto r : g.node(static_cast<int>(n)).getResults()) {
+        node_base_.back().push_back(static_cast<int>(size_.size()));
+        for (auto s : r.getShape())
           size_.push_back(s);
+      }
     }
     parent_.assign(size_.size(), -1);
     for (unsigned n = 0; n < g.size(); ++n)
@@ -139,9 +140,10 @@ public:
     }
     if (v.is_node() && v.id >= 0 && static_cast<size_t>(v.id) < node_base_.size()) {
       auto results = g_.node(v.id).getResults();
-      if (results.size() == 0 || static_cast<unsigned>(axis) >= results[0].getShape().size())
+      size_t r = v.result > 0 ? static_cast<size_t>(v.result) : 0;
+      if (r >= results.size() || static_cast<unsigned>(axis) >= results[r].getShape().size())
         return -1;
-      return node_base_[v.id] + axis;
+      return node_base_[v.id][r] + axis;
     }
     return -1;
   }
@@ -167,6 +169,16 @@ private:
     const std::string p = g_.primitive(n);
     const auto& params = g_.params(n);
     auto node = g_.node(n);
+    if (p == "split" && node.getResults().size() > 0) {
+      // every result keeps the operand's dims but the split axis
+      int axis = params.value("axis", 0);
+      auto in = to_vector(node.getOperands()[0].getShape());
+      for (unsigned r = 0; r < node.getResults().size(); ++r)
+        for (int a = 0; a < static_cast<int>(in.size()); ++a)
+          if (a != axis)
+            unite(slot({value_ref::kind::node, n, "", static_cast<int>(r)}, a), op(n, 0, a));
+      return;
+    }
     if (node.getResults().size() != 1)
       return;
     auto out_shape = to_vector(node.getResults()[0].getShape());
@@ -293,7 +305,8 @@ private:
   }
 
   const graph_view& g_;
-  std::vector<int> input_base_, node_base_;
+  std::vector<int> input_base_;
+  std::vector<std::vector<int>> node_base_;  // per node, per result
   std::vector<int64_t> size_;
   std::vector<int> parent_;
 };
@@ -335,12 +348,20 @@ bool build_jnp_replay(const graph_view& graph, const jnp_replay_request& req,
   auto name_of = [&](const value_ref& v) -> std::string {
     if (v.is_input())
       return static_cast<size_t>(v.id) < req.inputs.size() ? req.inputs[v.id] : "";
-    if (v.is_node())
-      return req.given.count(v.id) ? req.given.at(v.id) : req.prefix + std::to_string(v.id);
+    if (v.is_node()) {
+      if (req.given.count(v.id))
+        return req.given.at(v.id);
+      std::string e = req.prefix + std::to_string(v.id);
+      if (graph.node(v.id).getResults().size() != 1)  // a tuple: which result
+        e += fmt::format("[{}]", std::max(v.result, 0));
+      return e;
+    }
     return "";
   };
   auto publish = [&](const value_ref& v) {
-    auto shape = graph.shape(v);
+    auto shape = v.is_node() && v.result > 0
+                     ? to_vector(graph.node(v.id).getResults()[v.result].getShape())
+                     : graph.shape(v);
     auto e = name_of(v);
     for (size_t a = 0; a < shape.size(); ++a) {
       int s = dims.slot(v, static_cast<int>(a));
@@ -422,9 +443,13 @@ bool build_jnp_replay(const graph_view& graph, const jnp_replay_request& req,
     std::string dtype = type.getDtype().cStr();
     if (v.is_node() || v.is_input()) {
       if (v.is_node() && graph.node(v.id).getResults().size() != 1 && !req.given.count(v.id)) {
-        reason = fmt::format("node {} reads node {} ({}) of several results", n, v.id,
-                             graph.primitive(v.id));
-        return false;
+        // Which result: the summary's operandResults (a split's parts share a type).
+        if (v.result < 0 ||
+            static_cast<size_t>(v.result) >= graph.node(v.id).getResults().size()) {
+          reason = fmt::format("node {} reads node {} ({}) of several results, not saying which",
+                               n, v.id, graph.primitive(v.id));
+          return false;
+        }
       }
       e = name_of(v);
       if (e.empty()) {
@@ -472,14 +497,48 @@ bool build_jnp_replay(const graph_view& graph, const jnp_replay_request& req,
       reason = fmt::format("node {} ({}) runs in a loop body", n, p);
       return false;
     }
-    if (node.getResults().size() != 1) {
-      reason = fmt::format("node {} ({}) has several results", n, p);
-      return false;
-    }
     std::vector<std::string> a(graph.operand_count(n));
     for (unsigned k = 0; k < a.size(); ++k)
       if (!operand(n, k, a[k]))
         return false;
+    if (p == "split" && a.size() == 1 && node.getResults().size() > 0) {
+      // Parts as sizes tied to the inputs; equal parts as a fraction of the split dim.
+      int axis = params.value("axis", 0);
+      auto in = to_vector(node.getOperands()[0].getShape());
+      auto nres = node.getResults().size();
+      if (axis < 0 || static_cast<size_t>(axis) >= in.size()) {
+        reason = fmt::format("node {} (split): bad axis", n);
+        return false;
+      }
+      std::string whole = size_expr(graph.operand(n, 0), axis, in[static_cast<size_t>(axis)]);
+      std::string sizes;
+      bool equal = true;
+      int64_t first = node.getResults()[0].getShape()[static_cast<unsigned>(axis)];
+      for (unsigned r = 0; r < nres; ++r)
+        equal = equal && node.getResults()[r].getShape()[static_cast<unsigned>(axis)] == first;
+      for (unsigned r = 0; r < nres; ++r) {
+        int64_t part = node.getResults()[r].getShape()[static_cast<unsigned>(axis)];
+        std::string e = size_expr({value_ref::kind::node, n, "", static_cast<int>(r)}, axis, part);
+        if (e.empty() && equal && !whole.empty())
+          e = fmt::format("{} // {}", whole, nres);
+        if (e.empty()) {
+          reason = fmt::format("node {} (split): a size is not tied to the inputs", n);
+          return false;
+        }
+        sizes += e + ", ";
+      }
+      std::string res = req.prefix + std::to_string(n);
+      out.lines.push_back(fmt::format("{} = lax.split({}, ({}), axis={})", res, a[0], sizes, axis));
+      out.nodes.push_back(n);
+      out.primitives.insert(p);
+      for (unsigned r = 0; r < nres; ++r)
+        publish({value_ref::kind::node, n, "", static_cast<int>(r)});
+      continue;
+    }
+    if (node.getResults().size() != 1) {
+      reason = fmt::format("node {} ({}) has several results", n, p);
+      return false;
+    }
     value_ref self{value_ref::kind::node, n, ""};
     auto out_shape = to_vector(node.getResults()[0].getShape());
     // The result's shape; a reshape may leave one unknown dim to -1.

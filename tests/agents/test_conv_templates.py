@@ -239,3 +239,22 @@ def test_strided_same_padding_at_sizes_the_stride_does_not_divide(tmp_path):
     assert "2D conv 3x3 stride 2x2, 8 -> 16 channels" in source and "+ max pool" in source
     flat = source.replace(" ", "")
     assert '"same":True' in flat and '"pool_same":True' in flat
+
+
+def test_conv_glu_split_in_the_tail(tmp_path):
+    # A gated conv (GLU over channels): jnp.split gives two results of one type; the tail
+    # replays it as jnp (each half read by its result index) after the kernel's conv + bias.
+    spec = write_spec(tmp_path, "conv_glu", "{B: 2, L: 32, CI: 8, CO: 32}", [
+        "{name: x, shape: [B, L, CI], dtype: float32}",
+        "{name: w, shape: [3, CI, CO], dtype: float32, generator: {normal: {mean: 0, std: 0.2}}}",
+        "{name: b, shape: [CO], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jax.lax.conv_general_dilated(x, w, (1,), "SAME",
+                                             dimension_numbers=("NWC", "WIO", "NWC")) + b
+            gate, value = jnp.split(y, 2, axis=-1)
+            return value * jax.nn.sigmoid(gate)
+        """)
+    matched, summary, source = template_and_check(tmp_path, spec)
+    assert "lax.split(" in source, source
