@@ -3,7 +3,6 @@
 #include "maxkernel/schema/worker.capnp.h"
 
 #include <fstream>
-#include <iostream>
 #include <iterator>
 
 #include <capnp/message.h>
@@ -69,20 +68,19 @@ reference_times time_reference_and_baseline(node_session& session, schema::Kerne
 }
 
 int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
-                      std::optional<messages::decoded_message>& graph) {
+                      std::optional<messages::decoded_message>& graph, std::string& error) {
   capnp::MallocMessageBuilder msg;
   auto req = msg.initRoot<schema::AnalyzeRequest>();
   req.setSpec(spec);
   req.setConfiguration(0);
   auto analyzed = session.analyze(messages::encode(msg));
   if (analyzed.exit_code != 0) {
-    std::cerr << "error: analyze: " << analyzed.error << "\n";
+    error = "analyze: " + analyzed.error;
     return analyzed.exit_code;
   }
-  std::string error;
   graph = messages::decode<schema::DataflowGraph>(analyzed.bytes, error);
   if (!graph) {
-    std::cerr << "error: analyze: " << error << "\n";
+    error = "analyze: " + error;
     return 3;
   }
   graph->allow_rereading();

@@ -33,9 +33,9 @@ reference_times time_reference_and_baseline(node_session& session, schema::Kerne
                                             const std::string& chip);
 
 // The reference's analyze summary (configuration 0), decoded and readable many times: what
-// the brains match and reason on. 0, or the exit code after printing the error.
+// the brains match and reason on. 0, or the exit code and `error`.
 int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
-                      std::optional<messages::decoded_message>& graph);
+                      std::optional<messages::decoded_message>& graph, std::string& error);
 
 // Why an evaluation has no profile, from its failed phase.
 std::string failure_of(schema::EvalResult::Reader result);

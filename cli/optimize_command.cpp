@@ -1,22 +1,18 @@
 #include "cli/optimize_command.hpp"
 
-#include "actors/auto_supervisor.hpp"
-#include "actors/graph_supervisor.hpp"
-#include "actors/hitl_supervisor.hpp"
 #include "actors/search_record.hpp"
 #include "agents/agent_pool_spawn.hpp"
 #include "cli/brain_options.hpp"
-#include "cli/node_evaluation.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress_line.hpp"
+#include "cli/task_search.hpp"
 #include "cli/task_session.hpp"
 #include "cluster/operator_gateway.hpp"
 #include "config/brain_config.hpp"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/error.hpp"
-#include "messages/payload_codec.hpp"
 #include "search/search_graph.hpp"
 #include "search/selection_policy.hpp"
 #include "search/state_dir.hpp"
@@ -26,7 +22,6 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <unistd.h>
-#include <capnp/message.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -39,10 +34,7 @@ namespace maxkernel::cli {
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
-namespace {
-
-// Command-line checks that need no worker: exit 2 with the reason.
-bool valid_options(const optimize_options& opts, std::string& error) {
+bool valid_optimize_options(const optimize_options& opts, std::string& error) {
   if (opts.mode != "auto" && opts.mode != "graph" && opts.mode != "hitl") {
     error = fmt::format("--mode {}: one of auto, graph, hitl", opts.mode);
     return false;
@@ -84,13 +76,11 @@ bool valid_options(const optimize_options& opts, std::string& error) {
   return output_dir_exists(opts.json, error);
 }
 
-}  // namespace
-
 int run_optimize(const optimize_options& opts) {
   auto started = clock_type::now();
   std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
   std::string error;
-  if (!valid_options(opts, error)) {
+  if (!valid_optimize_options(opts, error)) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
@@ -124,44 +114,19 @@ int run_optimize(const optimize_options& opts) {
     return code;
   auto& session = *task.session;
   auto spec = task.spec();
-  std::string chip_name;
-  if (int code = task_chip(opts.chip, spec, chip_name))
+  prepared_search prepared;
+  if (int code = prepare_search(session, spec, opts, state_dir, prepared, error)) {
+    std::cerr << "error: " << error << "\n";
     return code;
-  std::optional<messages::decoded_message> graph_msg;
-  if (int code = analyze_reference(session, spec, graph_msg))
-    return code;
-  auto times = time_reference_and_baseline(session, spec, chip_name);
+  }
+  const auto& times = prepared.times;
+  const auto& chip_name = prepared.chip;
   human << fmt::format("{}: reference {:.2f} us{} (modeled on {}); {} search, {} node(s), {} "
                        "worker(s)\n",
                        spec.getName().cStr(), times.reference_us,
                        times.baseline_us > 0 ? fmt::format(", baseline {:.2f} us", times.baseline_us)
                                              : "",
                        chip_name, opts.mode, session.nodes(), session.workers());
-
-  capnp::MallocMessageBuilder req_msg;
-  auto req = req_msg.initRoot<schema::OptimizeRequest>();
-  req.setSchemaVersion(schema::SCHEMA_VERSION);
-  req.setSpec(spec);
-  req.setAnalysis(graph_msg->root<schema::DataflowGraph>());
-  auto s = req.initSettings();
-  s.setMode(opts.mode);
-  s.setChip(chip_name);
-  s.setSeed(opts.seed);
-  s.setBudgetEvals(opts.budget_evals);
-  s.setBudgetSeconds(opts.budget_seconds);
-  s.setMaxRepairs(opts.max_repairs);
-  s.setPatience(opts.patience);
-  s.setTargetRoofline(opts.target_roofline);
-  s.setBeamWidth(opts.beam_width);
-  s.setBranching(opts.branching);
-  s.setPolicy(opts.policy);
-  s.setDeadlineMs(static_cast<uint32_t>(opts.deadline_seconds * 1000));
-  s.setOperatorTimeoutSeconds(opts.operator_timeout);
-  s.setOnTimeout(opts.on_timeout);
-  req.setReferenceTimeUs(times.reference_us);
-  std::string graph_path = search::default_store_path(state_dir);
-  req.setGraphPath(graph_path);
-  req.setResume(opts.resume);
 
   auto& sys = session.system();
   auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
@@ -194,31 +159,11 @@ int run_optimize(const optimize_options& opts) {
       console = std::thread([co] { run_console(co, std::cin, std::cout, std::cerr); });
     }
   }
-  auto supervisor =
-    opts.mode == "graph"
-      ? actors::spawn_graph_supervisor(sys, pool, session.evaluator(), listener)
-    : opts.mode == "hitl"
-      ? actors::spawn_hitl_supervisor(sys, pool, session.evaluator(), listener, gateway->handle)
-      : actors::spawn_auto_supervisor(sys, pool, session.evaluator(), listener);
-  std::optional<messages::decoded_message> result_msg;
-  int exit_code = 0;
+  auto supervisor = spawn_supervisor(sys, opts.mode, pool, session.evaluator(), listener,
+                                     gateway ? gateway->handle : messages::operator_actor{});
+  auto reply = await_search(sys, supervisor, prepared);
   {
     caf::scoped_actor self{sys};
-    self
-      ->request(supervisor, caf::infinite, messages::optimize_atom::value,
-                messages::make_payload<schema::OptimizeRequest>(req_msg))
-      .receive(
-        [&](messages::payload& reply) {
-          result_msg = messages::open_payload<schema::OptimizeResult>(reply, error);
-          if (!result_msg)
-            exit_code = 3;
-        },
-        [&](caf::error& e) {
-          error = messages::message_of(e);
-          exit_code = messages::exit_code_for(messages::code_of(e));
-          if (exit_code == 0)
-            exit_code = 3;
-        });
     self->send_exit(supervisor, caf::exit_reason::user_shutdown);
     self->send_exit(listener, caf::exit_reason::user_shutdown);
     if (gateway) {
@@ -234,34 +179,26 @@ int run_optimize(const optimize_options& opts) {
   }
   agents::stop_agent_pool(pool);
   end_progress_line(std::cerr);
-  if (exit_code != 0) {
-    std::cerr << "error: " << error << "\n";
-    return exit_code;
+  if (reply.exit_code != 0) {
+    std::cerr << "error: " << reply.error << "\n";
+    return reply.exit_code;
   }
-  result_msg->allow_rereading();
-  auto result = result_msg->root<schema::OptimizeResult>();
-
-  optimize_outcome outcome;
-  outcome.mode = opts.mode;
-  outcome.chip = chip_name;
-  outcome.backend = session.backend();
-  outcome.jax_version = session.jax_version();
-  outcome.seed = opts.seed;
-  outcome.reference_us = times.reference_us;
-  outcome.baseline_us = times.baseline_us;
-  outcome.extra_evaluations = times.evaluations;
-  outcome.extra_cache_hits = times.cache_hits;
-  outcome.wall_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
-  outcome.nodes = session.nodes();
+  auto result = reply.root();
+  auto outcome = outcome_of(prepared, opts, session,
+                            std::chrono::duration<double>(clock_type::now() - started).count());
   auto json = result_json(spec, result, outcome);
   human << summary_line(spec, result, outcome);
 
   if (!opts.out.empty()) {
     // The search alone, as a one-file database beside the kernel.
-    auto graph = search::search_graph::open(graph_path, error);
+    auto graph = search::search_graph::open(prepared.graph_path, error);
     bool resumed = false;
     if (!graph ||
-        !graph->begin(actors::search_header_for(spec, req.getSettings().asReader()), true,
+        !graph->begin(actors::search_header_for(
+                        spec, prepared.request->getRoot<schema::OptimizeRequest>()
+                                .getSettings()
+                                .asReader()),
+                      true,
                       resumed, error) ||
         !graph->copy_to((fs::path(opts.out) / "search.sqlite").string(), error)) {
       std::cerr << "error: search.sqlite: " << error << "\n";

@@ -48,6 +48,9 @@ struct optimize_options {
   bool console = false;          // this terminal attaches as an operator (stdin, stdout)
 };
 
+// Command-line checks that need no worker (exit 2 with the reason when false).
+bool valid_optimize_options(const optimize_options& opts, std::string& error);
+
 int run_optimize(const optimize_options& opts);
 
 }  // namespace maxkernel::cli

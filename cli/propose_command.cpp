@@ -145,8 +145,10 @@ int run_propose(const propose_options& opts) {
 
   // The reference's analyze summary: what the brains match and reason on.
   std::optional<messages::decoded_message> graph_msg;
-  if (int code = analyze_reference(session, spec, graph_msg))
+  if (int code = analyze_reference(session, spec, graph_msg, error)) {
+    std::cerr << "error: " << error << "\n";
     return code;
+  }
   auto graph = graph_msg->root<schema::DataflowGraph>();
 
   auto& sys = session.system();

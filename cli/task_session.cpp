@@ -37,16 +37,11 @@ int open_task_session(const std::string& spec_path, spec_kind kind, const sessio
     return 3;
   }
   if (kind != spec_kind::native) {
-    auto& session = *out.session;
-    loaded = load_spec(spec_path, kind, flags.chip, flags.memory_limit_bytes,
-                       [&session](const std::string& path) {
-                         auto a = session.load_task(path);
-                         return spec_outcome{a.exit_code, a.error, a.bytes};
-                       });
-    if (loaded.exit_code != 0) {
-      std::cerr << "error: " << loaded.error << "\n";
-      return loaded.exit_code;
-    }
+    int code = load_task_spec(*out.session, spec_path, kind, flags.chip, flags.memory_limit_bytes,
+                              out.spec_message, error);
+    if (code)
+      std::cerr << "error: " << error << "\n";
+    return code;
   }
   out.spec_message = messages::decode<schema::KernelSpec>(loaded.spec_bytes, error);
   if (!out.spec_message) {
@@ -56,15 +51,40 @@ int open_task_session(const std::string& spec_path, spec_kind kind, const sessio
   return 0;
 }
 
-int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name) {
+int load_task_spec(node_session& session, const std::string& spec_path, spec_kind kind,
+                   const std::string& chip_flag, uint64_t memory_limit_bytes,
+                   std::optional<messages::decoded_message>& spec, std::string& error) {
+  auto loaded = load_spec(spec_path, kind, chip_flag, memory_limit_bytes,
+                          [&session](const std::string& path) {
+                            auto a = session.load_task(path);
+                            return spec_outcome{a.exit_code, a.error, a.bytes};
+                          });
+  if (loaded.exit_code != 0) {
+    error = loaded.error;
+    return loaded.exit_code;
+  }
+  spec = messages::decode<schema::KernelSpec>(loaded.spec_bytes, error);
+  return spec ? 0 : 3;
+}
+
+int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name,
+              std::string& error) {
   chip_name = flag.empty() ? spec.getChip().cStr() : flag;
   config::chip chip;
-  config::spec_error error;
-  if (!config::load_chip(chip_name, chip, error)) {
-    std::cerr << "error: chip: " << error.what() << "\n";
+  config::spec_error why;
+  if (!config::load_chip(chip_name, chip, why)) {
+    error = "chip: " + why.what();
     return 2;
   }
   return 0;
+}
+
+int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name) {
+  std::string error;
+  int code = task_chip(flag, spec, chip_name, error);
+  if (code)
+    std::cerr << "error: " << error << "\n";
+  return code;
 }
 
 }  // namespace maxkernel::cli

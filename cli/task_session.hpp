@@ -35,6 +35,15 @@ struct task_session {
 // The chip a command targets: `flag` (--chip), else the spec's; 0 once its chip file loads,
 // else 2 after printing why.
 int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name);
+// The same without printing: 0, or 2 and `error`.
+int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name,
+              std::string& error);
+
+// Loads a task's spec on a running session (task directories through its worker): 0, or the
+// exit code (2 bad input, 3 environment) and `error`.
+int load_task_spec(node_session& session, const std::string& spec_path, spec_kind kind,
+                   const std::string& chip_flag, uint64_t memory_limit_bytes,
+                   std::optional<messages::decoded_message>& spec, std::string& error);
 
 // Returns 0, or the exit code after printing the error to stderr.
 int open_task_session(const std::string& spec_path, spec_kind kind, const session_flags& flags,

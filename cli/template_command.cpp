@@ -55,8 +55,10 @@ int run_template(const template_options& opts) {
     return 2;
   }
   std::optional<messages::decoded_message> graph_msg;  // readable many times (matchers)
-  if (int code = analyze_reference(*task.session, spec, graph_msg))
+  if (int code = analyze_reference(*task.session, spec, graph_msg, error)) {
+    std::cerr << "error: " << error << "\n";
     return code;
+  }
   ex::graph_view graph(graph_msg->root<schema::DataflowGraph>());
   auto matches = ex::match_templates(graph, spec);
   nlohmann::json out = {{"task", spec.getName().cStr()}, {"chip", chip_name},
