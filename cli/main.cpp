@@ -1,4 +1,5 @@
 // The maxkernel program: parses the command line and runs one command.
+#include "cli/bench_command.hpp"
 #include "cli/calibrate_command.hpp"
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
@@ -13,6 +14,52 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+
+// The settings of a task's search, shared by `optimize` and `bench`.
+void add_search_options(CLI::App* cmd, maxkernel::cli::optimize_options& opt,
+                        const std::vector<std::string>& chips) {
+  cmd->add_option("--chip", opt.chip, "target chip (wins over the spec's)")
+    ->check(CLI::IsMember(chips));
+  cmd->add_option("--nodes", opt.nodes, "simulated TPU devices (default 8)")
+    ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--workers", opt.workers,
+                  "JAX workers the nodes share (default: one per core)");
+  cmd->add_option("--budget-evals", opt.budget_evals,
+                  "candidates to evaluate (default 24; 0: no cap)");
+  cmd->add_option("--budget-seconds", opt.budget_seconds,
+                  "wall-time budget (0: none; a search cut by time is not reproducible)")
+    ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--patience", opt.patience,
+                  "stop after this many candidates (auto) or rounds (graph) without a "
+                  "faster one (0: never)");
+  cmd->add_option("--target-roofline", opt.target_roofline,
+                  "stop once the best kernel reaches this fraction of roofline");
+  cmd->add_option("--beam-width", opt.beam_width, "graph: vertices expanded per round")
+    ->check(CLI::Range(1u, 64u));
+  cmd->add_option("--branching", opt.branching, "graph: children per expanded vertex")
+    ->check(CLI::Range(1u, 64u));
+  cmd->add_option("--policy", opt.policy, "graph: frontier selection, beam | bandit")
+    ->check(CLI::IsMember({"beam", "bandit"}));
+  cmd->add_option("--max-repairs", opt.max_repairs, "debugger attempts per lineage")
+    ->check(CLI::Range(0u, 20u));
+  cmd->add_option("--seed", opt.seed, "seed of the brains, the tester and the policy");
+  cmd->add_option("--state-dir", opt.state_dir,
+                  "where the evaluation store and the search graphs live");
+  cmd->add_option("--brains", opt.brains,
+                  "brain config YAML (docs/brains.md; default: every role expert)");
+  cmd->add_flag("--resume", opt.resume,
+                "continue the search of this spec, mode, chip and seed from the state "
+                "directory (nothing that finished is evaluated again)");
+  cmd->add_flag("--no-store", opt.no_store,
+                "neither answer from nor record in the evaluation store");
+  cmd->add_option("--deadline", opt.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+  cmd->add_option("--simulate-device-ms", opt.simulate_device_ms,
+                  "model backend: simulated device time per evaluation");
+  cmd->add_option("--memory-limit", opt.memory_limit_bytes,
+                  "bytes the task's inputs may take")
+    ->check(CLI::PositiveNumber);
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"maxkernel: writes and optimizes Pallas TPU kernels"};
@@ -142,51 +189,39 @@ int main(int argc, char** argv) {
   optimize_cmd->add_option("--on-timeout", opt.on_timeout,
                            "hitl: what a timeout decides: wait | approve | stop (default wait)")
     ->check(CLI::IsMember({"wait", "approve", "stop"}));
-  optimize_cmd->add_option("--chip", opt.chip, "target chip (wins over the spec's)")
-    ->check(CLI::IsMember(chips));
-  optimize_cmd->add_option("--nodes", opt.nodes, "simulated TPU devices (default 8)")
-    ->check(CLI::Range(1u, 4096u));
-  optimize_cmd->add_option("--workers", opt.workers,
-                           "JAX workers the nodes share (default: one per core)");
-  optimize_cmd->add_option("--budget-evals", opt.budget_evals,
-                           "candidates to evaluate (default 24; 0: no cap)");
-  optimize_cmd->add_option("--budget-seconds", opt.budget_seconds,
-                           "wall-time budget (0: none; a search cut by time is not reproducible)")
-    ->check(CLI::NonNegativeNumber);
-  optimize_cmd->add_option("--patience", opt.patience,
-                           "stop after this many candidates (auto) or rounds (graph) without a "
-                           "faster one (0: never)");
-  optimize_cmd->add_option("--target-roofline", opt.target_roofline,
-                           "stop once the best kernel reaches this fraction of roofline");
-  optimize_cmd->add_option("--beam-width", opt.beam_width, "graph: vertices expanded per round")
-    ->check(CLI::Range(1u, 64u));
-  optimize_cmd->add_option("--branching", opt.branching, "graph: children per expanded vertex")
-    ->check(CLI::Range(1u, 64u));
-  optimize_cmd->add_option("--policy", opt.policy, "graph: frontier selection, beam | bandit")
-    ->check(CLI::IsMember({"beam", "bandit"}));
-  optimize_cmd->add_option("--max-repairs", opt.max_repairs, "debugger attempts per lineage")
-    ->check(CLI::Range(0u, 20u));
-  optimize_cmd->add_option("--seed", opt.seed, "seed of the brains, the tester and the policy");
   optimize_cmd->add_option("--out", opt.out,
                            "write DIR/kernel.py, result.json, search.sqlite, graph.json, "
                            "graph.dot and report.html");
-  optimize_cmd->add_option("--state-dir", opt.state_dir,
-                           "where the evaluation store and the search graphs live");
   optimize_cmd->add_option("--json", opt.json, "write the result as JSON to FILE, or - for stdout");
-  optimize_cmd->add_option("--brains", opt.brains,
-                           "brain config YAML (docs/brains.md; default: every role expert)");
-  optimize_cmd->add_flag("--resume", opt.resume,
-                         "continue the search of this spec, mode, chip and seed from the state "
-                         "directory (nothing that finished is evaluated again)");
-  optimize_cmd->add_flag("--no-store", opt.no_store,
-                         "neither answer from nor record in the evaluation store");
-  optimize_cmd->add_option("--deadline", opt.deadline_seconds, "seconds per evaluation")
-    ->check(CLI::PositiveNumber);
-  optimize_cmd->add_option("--simulate-device-ms", opt.simulate_device_ms,
-                           "model backend: simulated device time per evaluation");
-  optimize_cmd->add_option("--memory-limit", opt.memory_limit_bytes,
-                           "bytes the task's inputs may take")
-    ->check(CLI::PositiveNumber);
+  add_search_options(optimize_cmd, opt, chips);
+
+  maxkernel::cli::bench_options bench;
+  bench.search.budget_evals = 16;
+  auto* bench_cmd = app.add_subcommand(
+    "bench", "run a suite of tasks (native specs, JAXBench and MaxKernel task directories) "
+             "through the search, several at once, and report the suite's figures "
+             "(docs/bench.md)");
+  bench_cmd->add_option("SUITE", bench.suite,
+                        "a directory of tasks (searched recursively), or one task")
+    ->required();
+  auto* bench_mode = bench_cmd->add_option("--mode", bench.modes, "auto | graph | hitl-hint (default graph)")
+    ->check(CLI::IsMember({"auto", "graph", "hitl-hint"}));
+  bench_cmd->add_option("--modes", bench.modes,
+                        "compare modes at equal budgets: a comma-separated list of auto, graph, "
+                        "hitl-hint (each on its own evaluation store)")
+    ->excludes(bench_mode);
+  bench_cmd->add_option("--tasks", bench.tasks,
+                        "only the tasks whose name or suite-relative path matches this glob");
+  bench_cmd->add_option("--jobs", bench.jobs, "tasks searched at once (default: two per worker)")
+    ->check(CLI::Range(1u, 256u));
+  bench_cmd->add_option("--json", bench.json, "write the figures as JSON to FILE, or - for stdout");
+  bench_cmd->add_option("--html", bench.html, "write the report page to FILE");
+  bench_cmd->add_option("--out", bench.out,
+                        "write each task's kernel.py, result.json and report to DIR/MODE/TASK/");
+  add_search_options(bench_cmd, bench.search, chips);
+  for (auto* o : bench_cmd->get_options())
+    if (o->get_name() == "--budget-evals")
+      o->description("candidates to evaluate per task (default 16; 0: no cap)");
 
   maxkernel::cli::template_options tmpl;
   auto* template_cmd = app.add_subcommand(
@@ -245,6 +280,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_propose(propose);
     if (*optimize_cmd)
       return maxkernel::cli::run_optimize(opt);
+    if (*bench_cmd)
+      return maxkernel::cli::run_bench(bench);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
     if (*attach_cmd)

@@ -1,0 +1,404 @@
+#include "cli/bench_command.hpp"
+
+#include "agents/agent_pool_spawn.hpp"
+#include "cli/bench_progress.hpp"
+#include "cli/bench_report.hpp"
+#include "cli/bench_suite.hpp"
+#include "cli/bench_summary.hpp"
+#include "cli/brain_options.hpp"
+#include "cli/hint_operator.hpp"
+#include "cli/optimize_outputs.hpp"
+#include "cli/output_file.hpp"
+#include "cli/profile_report.hpp"
+#include "cli/task_search.hpp"
+#include "cli/task_session.hpp"
+#include "config/brain_config.hpp"
+#include "maxkernel/schema/search.capnp.h"
+#include "messages/version.hpp"
+#include "search/state_dir.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr unsigned timing_runs = 13;  // the worker's default warm-up (3) and timed (10) runs
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+bool parse_modes(const std::string& text, std::vector<std::string>& modes, std::string& error) {
+  std::stringstream in(text);
+  std::string m;
+  std::set<std::string> seen;
+  while (std::getline(in, m, ',')) {
+    if (m != "auto" && m != "graph" && m != "hitl-hint") {
+      error = fmt::format("--modes: `{}` is not one of auto, graph, hitl-hint", m);
+      return false;
+    }
+    if (!seen.insert(m).second) {
+      error = fmt::format("--modes: {} given twice", m);
+      return false;
+    }
+    modes.push_back(m);
+  }
+  if (modes.empty()) {
+    error = "--modes: give at least one of auto, graph, hitl-hint";
+    return false;
+  }
+  return true;
+}
+
+// A task that failed before or outside its search: a row of the report all the same.
+json failed_row(const suite_task& task, const std::string& mode, const std::string& chip,
+                const std::string& name, int exit_code, const std::string& error,
+                double wall_seconds) {
+  return {{"schema", 1},
+          {"task", name.empty() ? task.name : name},
+          {"path", task.path},
+          {"relative", task.relative},
+          {"mode", mode},
+          {"chip", chip},
+          {"family", "unmatched"},
+          {"correct", false},
+          {"compiled", false},
+          {"fallback_to_reference", true},
+          {"kernel_time_us", nullptr},
+          {"reference_time_us", nullptr},
+          {"baseline_time_us", nullptr},
+          {"speedup_vs_reference", 1.0},
+          {"speedup_vs_baseline", nullptr},
+          {"roofline_time_us", nullptr},
+          {"roofline_fraction", nullptr},
+          {"evaluations", 0},
+          {"cache_hits", 0},
+          {"failures", {{exit_code == 2 ? "taskBadInput" : "environment", 1}}},
+          {"wall_seconds", wall_seconds},
+          {"worker_seconds", 0.0},
+          {"device_seconds", 0.0},
+          {"tokens", {{"prompt", 0}, {"completion", 0}}},
+          {"cost_usd", nullptr},
+          {"error", error},
+          {"exit_code", exit_code},
+          {"profile", nullptr},
+          {"best_speedup_per_candidate", json::array()}};
+}
+
+// What a bench row adds to result.json: the family, whether anything lowered, the best
+// kernel's profile, and the search's cost in worker and (modeled) device seconds.
+void add_bench_fields(json& row, schema::OptimizeResult::Reader result) {
+  auto vertices = result.getVertices();
+  std::string tmpl;
+  if (row.contains("best_candidate"))
+    tmpl = row["best_candidate"].value("template", std::string());
+  else if (vertices.size() > 0)
+    tmpl = vertices[0].getCandidate().getTemplate().cStr();
+  row["family"] = kernel_family(tmpl);
+  bool compiled = false;
+  double worker = 0, device = 0;
+  for (auto v : vertices) {
+    if (!v.getHasResult())
+      continue;
+    for (auto p : v.getResult().getPhases()) {
+      worker += p.getSeconds();
+      compiled |= p.getPhase() == schema::Phase::LOWER && p.getStatus() == schema::Status::OK;
+    }
+    device += v.getTimeUs() * timing_runs / 1e6;
+  }
+  row["compiled"] = compiled;
+  row["worker_seconds"] = worker;
+  row["device_seconds"] = device;
+  row["profile"] = nullptr;
+  if (row.contains("best_candidate")) {
+    auto index = row["best_candidate"].value("vertex", -1);
+    if (index >= 0 && static_cast<unsigned>(index) < vertices.size()) {
+      auto r = vertices[static_cast<unsigned>(index)].getResult();
+      if (r.getHasProfile())
+        row["profile"] = profile_json(r.getProfile());
+    }
+  }
+}
+
+struct bench_run {
+  const bench_options& opts;
+  std::string mode;  // the label: auto, graph, hitl-hint
+  node_session& session;
+  const messages::agent_pool& pool;
+  const config::brain_config& brains;
+  std::string state_dir;
+  std::string out_dir;  // "" none
+  bench_progress& progress;
+};
+
+json run_task(bench_run& run, const suite_task& task, unsigned index) {
+  auto started = clock_type::now();
+  auto search = run.opts.search;
+  search.mode = run.mode == "hitl-hint" ? "hitl" : run.mode;
+  search.spec = task.path;
+  std::string chip = search.chip.empty() ? "v6e" : search.chip;
+  run.progress.started(index, task.relative);
+  auto fail = [&](int code, const std::string& name, const std::string& error) {
+    auto row = failed_row(task, run.mode, chip, name, code, error, seconds_since(started));
+    run.progress.finished(index, fmt::format("{}: failed ({})", task.relative, error), 1.0);
+    return row;
+  };
+
+  std::string error;
+  std::optional<messages::decoded_message> spec_msg;
+  if (task.kind == spec_kind::native) {
+    auto loaded = load_spec(task.path, task.kind, search.chip, search.memory_limit_bytes, {});
+    if (loaded.exit_code != 0)
+      return fail(loaded.exit_code, "", loaded.error);
+    spec_msg = messages::decode<schema::KernelSpec>(loaded.spec_bytes, error);
+    if (!spec_msg)
+      return fail(3, "", error);
+  } else if (int code = load_task_spec(run.session, task.path, task.kind, search.chip,
+                                       search.memory_limit_bytes, spec_msg, error)) {
+    return fail(code, "", error);
+  }
+  spec_msg->allow_rereading();
+  auto spec = spec_msg->root<schema::KernelSpec>();
+  std::string name = spec.getName().cStr();
+
+  prepared_search prepared;
+  if (int code = prepare_search(run.session, spec, search, run.state_dir, prepared, error))
+    return fail(code, name, error);
+  auto& sys = run.session.system();
+  auto listener = spawn_bench_listener(sys, run.progress, index);
+  messages::operator_actor op;
+  if (run.mode == "hitl-hint")
+    op = spawn_hint_operator(sys);
+  auto supervisor =
+    spawn_supervisor(sys, search.mode, run.pool, run.session.evaluator(), listener, op);
+  auto reply = await_search(sys, supervisor, prepared);
+  caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(listener, caf::exit_reason::user_shutdown);
+  if (op)
+    caf::anon_send_exit(op, caf::exit_reason::user_shutdown);
+  if (reply.exit_code != 0)
+    return fail(reply.exit_code, name, reply.error);
+
+  auto result = reply.root();
+  auto outcome = outcome_of(prepared, search, run.session, seconds_since(started));
+  auto row = result_json(spec, result, outcome);
+  row["mode"] = run.mode;
+  row["path"] = task.path;
+  row["relative"] = task.relative;
+  row["error"] = nullptr;
+  row["exit_code"] = row["correct"].get<bool>() ? 0 : 1;
+  add_bench_fields(row, result);
+  if (!run.out_dir.empty()) {
+    auto dir = (fs::path(run.out_dir) / run.mode / task.relative).string();
+    if (!make_output_dir(dir, error) ||
+        !write_optimize_outputs(dir, spec, result, outcome, row, error)) {
+      row["error"] = "--out: " + error;
+      row["exit_code"] = 3;
+    }
+  }
+  double speedup = row["speedup_vs_reference"].get<double>();
+  run.progress.finished(
+    index,
+    fmt::format("{}: {} in {:.0f} s", task.relative,
+                row["correct"].get<bool>()
+                  ? fmt::format("{:.2f}x vs reference{}", speedup,
+                                row["fallback_to_reference"].get<bool>() ? " (the reference)"
+                                                                         : "")
+                  : "no correct kernel",
+                row["wall_seconds"].get<double>()),
+    speedup);
+  return row;
+}
+
+// Runs every task under one mode: a node session of its own (with several modes, an
+// evaluation store of its own), `jobs` tasks at once.
+int run_mode(const bench_options& opts, const std::string& mode, bool own_store,
+             const std::vector<suite_task>& tasks, const config::brain_config& brains,
+             const std::string& state_dir, std::ostream& human, json& out) {
+  auto started = clock_type::now();
+  session_options sopts;
+  sopts.chip = opts.search.chip.empty() ? "v6e" : opts.search.chip;
+  sopts.state_dir = own_store ? (fs::path(state_dir) / ("bench-" + mode)).string() : state_dir;
+  sopts.use_store = !opts.search.no_store;
+  sopts.simulate_device = std::chrono::milliseconds(opts.search.simulate_device_ms);
+  sopts.memory_limit_bytes = opts.search.memory_limit_bytes;
+  sopts.deadline =
+    std::chrono::milliseconds(static_cast<int64_t>(opts.search.deadline_seconds * 1000));
+  sopts.nodes = opts.search.nodes;
+  sopts.workers = opts.search.workers;
+  sopts.dispatch = true;
+  std::error_code ec;
+  fs::create_directories(sopts.state_dir, ec);
+  node_session session(sopts);
+  std::string error;
+  if (!session.start(error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  unsigned jobs = opts.jobs ? opts.jobs : 2 * session.workers();
+  jobs = std::min<unsigned>(jobs, static_cast<unsigned>(tasks.size()));
+  human << fmt::format("{}: {} task(s) of {}, {} at once, {} node(s), {} worker(s), budget {} "
+                       "candidates per task\n",
+                       mode, tasks.size(), opts.suite, jobs, session.nodes(), session.workers(),
+                       opts.search.budget_evals);
+  auto pool = agents::spawn_agent_pool(session.system(), agents::make_brain_chains(brains));
+  bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
+  bench_run run{opts, mode, session, pool, brains, sopts.state_dir, opts.out, progress};
+  std::vector<json> rows(tasks.size());
+  std::atomic<unsigned> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned j = 0; j < jobs; ++j)
+    threads.emplace_back([&] {
+      for (unsigned i = next++; i < tasks.size(); i = next++)
+        rows[i] = run_task(run, tasks[i], i);
+    });
+  for (auto& t : threads)
+    t.join();
+  progress.close();
+  agents::stop_agent_pool(pool);
+
+  json header = {{"schema", 1},
+                 {"suite", opts.suite},
+                 {"mode", mode},
+                 {"chip", sopts.chip},
+                 {"backend", session.backend()},
+                 {"timing", session.backend() == "model" ? "modeled" : "measured"},
+                 {"budget_evals", opts.search.budget_evals},
+                 {"budget_seconds", opts.search.budget_seconds},
+                 {"seed", opts.search.seed},
+                 {"nodes", session.nodes()},
+                 {"workers", session.workers()},
+                 {"jobs", jobs},
+                 {"jax_version", session.jax_version()},
+                 {"maxkernel_version", messages::maxkernel_version()},
+                 {"wall_seconds", seconds_since(started)}};
+  out = summarize_run(std::move(header), std::move(rows));
+  return 0;
+}
+
+std::string percent(const json& j, const char* key) {
+  return fmt::format("{:.0f}%", 100 * j.value(key, 0.0));
+}
+
+// The readable table of one run.
+std::string run_summary(const json& run) {
+  std::string s = fmt::format(
+    "{} on {} ({}): {} tasks; compile {}, correct {}, fast_1 {}, fast_1.5 {}, fast_2 {}; "
+    "geomean {:.3f}x vs reference",
+    run.value("mode", ""), run.value("chip", ""), run.value("timing", ""),
+    run.value("tasks_total", 0), percent(run, "compile_rate"), percent(run, "correct_rate"),
+    percent(run, "fast_1"), percent(run, "fast_1_5"), percent(run, "fast_2"),
+    run.value("geomean_speedup_vs_reference", 1.0));
+  if (run["geomean_speedup_vs_baseline"].is_number())
+    s += fmt::format(", {:.3f}x vs baseline (at least as fast on {}/{})",
+                     run["geomean_speedup_vs_baseline"].get<double>(),
+                     run.value("baseline_at_least_as_fast", 0), run.value("baseline_tasks", 0));
+  s += fmt::format("; {} evaluations ({} from the store), {:.0f} s\n",
+                   run.value("evaluations", 0), run.value("cache_hits", 0),
+                   run.value("wall_seconds", 0.0));
+  for (const auto& t : run["tasks"]) {
+    std::string vs_baseline = t["speedup_vs_baseline"].is_number()
+                                ? fmt::format("{:.2f}x", t["speedup_vs_baseline"].get<double>())
+                                : "-";
+    std::string what =
+      !t["error"].is_null() ? "failed: " + t["error"].get<std::string>()
+      : t.value("correct", false)
+        ? (t.value("fallback_to_reference", false) ? "correct (the reference is faster)"
+                                                   : "correct")
+        : "no correct kernel";
+    s += fmt::format("  {:<48} {:>7.2f}x {:>7} {:>4} evals {:>6.0f} s  {}\n",
+                     t.value("relative", t.value("task", "")),
+                     t.value("speedup_vs_reference", 1.0), vs_baseline, t.value("evaluations", 0),
+                     t.value("wall_seconds", 0.0), what);
+  }
+  return s;
+}
+
+}  // namespace
+
+int run_bench(const bench_options& opts) {
+  std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
+  std::string error;
+  std::vector<std::string> modes;
+  auto bad = [&](const std::string& why) {
+    std::cerr << "error: " << why << "\n";
+    return 2;
+  };
+  if (!parse_modes(opts.modes, modes, error))
+    return bad(error);
+  for (const auto& m : modes) {
+    auto check = opts.search;
+    check.mode = m == "hitl-hint" ? "hitl" : m;
+    if (!valid_optimize_options(check, error))
+      return bad(error);
+  }
+  if (opts.search.budget_evals == 0 && opts.search.budget_seconds <= 0 &&
+      opts.search.patience == 0)
+    return bad("a task's search has no end: give --budget-evals, --budget-seconds or --patience");
+  if (!output_dir_exists(opts.json, error) || !output_dir_exists(opts.html, error))
+    return bad(error);
+  std::vector<suite_task> tasks;
+  if (!find_suite_tasks(opts.suite, opts.tasks, tasks, error))
+    return bad(error);
+  config::brain_config brains;
+  if (!load_brains(opts.search.brains, brains, error))
+    return bad(error);
+  if (!opts.out.empty() && !make_output_dir(opts.out, error))
+    return bad(error);
+  std::string state_dir =
+    opts.search.state_dir.empty() ? search::default_state_dir() : opts.search.state_dir;
+  if (state_dir.empty())
+    return bad("no state directory (no home): give --state-dir");
+
+  std::vector<json> runs;
+  for (const auto& mode : modes) {
+    json run;
+    if (int code = run_mode(opts, mode, modes.size() > 1, tasks, brains, state_dir, human, run))
+      return code;
+    human << run_summary(run);
+    runs.push_back(std::move(run));
+  }
+  json bench;
+  if (runs.size() == 1) {
+    bench = runs.front();
+  } else {
+    bench = {{"schema", 1},
+             {"suite", opts.suite},
+             {"chip", runs.front().value("chip", "")},
+             {"budget_evals", opts.search.budget_evals},
+             {"modes", runs},
+             {"comparison", compare_modes(runs)}};
+    human << "mode choice: " << bench["comparison"]["rule"].get<std::string>() << "\n";
+  }
+  if (!opts.html.empty() && !write_output(opts.html, bench_report_html(bench), error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  if (!opts.json.empty() && !write_output(opts.json, bench.dump(2) + "\n", error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  bool all_correct = true;
+  for (const auto& run : runs)
+    for (const auto& t : run["tasks"])
+      all_correct &= t.value("correct", false);
+  return all_correct ? 0 : 1;
+}
+
+}  // namespace maxkernel::cli
