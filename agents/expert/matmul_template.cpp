@@ -706,7 +706,10 @@ public:
     double flops = chip.bf16_flops > 0 ? chip.bf16_flops * chip.device_share() : 1e14;
     double mxu = std::max<double>(128, chip.mxu_size);
     auto pad = [&](double x) { return std::ceil(x / mxu) * mxu; };
-    double compute = 2 * B * nm * nn * nk * pad(b.bm) * pad(b.bn) * pad(b.bk) *
+    // Member-outer blocks run one dot per member, each bn / pool wide on the MXU.
+    double members = c.value("pool_outer", false) ? c.value("pool", 1.0) : 1.0;
+    double cols = members * pad(static_cast<double>(b.bn) / members);
+    double compute = 2 * B * nm * nn * nk * pad(b.bm) * cols * pad(b.bk) *
                      static_cast<double>(c["dots"].size()) / flops;
     double memory = (lhs + rhs + out) / bw;
     double steps = B * nm * nn * nk;

@@ -231,6 +231,39 @@ TEST(BlockProgram, MaxoutPoolsGroupsOfAdjacentColumns) {
   EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], (w.shape[1] // 4))");
 }
 
+TEST(BlockProgram, GateSlicesOfMemberOuterColumnsArePooledLaneSlices) {
+  // einsum("mk,kgn->mgn") then g[:, 1] * c + ...: the 4 gates are the members of N, listed
+  // before the columns in the reference's layout (member-outer); c holds one value per column.
+  auto g = load("gates_after_matmul");
+  int dot = g.view->find("dot_general").at(0);
+  mx::block_request r;
+  r.space = {axis({512}, {"x.shape[0]"}), axis({512, 4}, {"w.shape[2]", "4"})};
+  mx::block_seed s;
+  s.value = node_ref(dot);
+  s.dims = {{0, 0, 1}, {1, 1, 2}, {1, 0, 1}};
+  r.seeds = {s};
+  r.outputs = {g.view->output(0)};
+  r.name = "epi";
+  mx::block_program p;
+  std::string why;
+  // the members before the columns: refused unless the request says member-outer
+  EXPECT_FALSE(mx::build_block_program(*g.view, r, p, why));
+  r.member_outer = true;
+  ASSERT_TRUE(mx::build_block_program(*g.view, r, p, why)) << why;
+  EXPECT_EQ(p.pool_axis, 1);
+  EXPECT_EQ(p.pool, 4);
+  // gate 1 is lane slice 1 of the member-major block, its width from the block at run time
+  EXPECT_TRUE(has(p.code, "jax.lax.slice_in_dim(s0, 1 * (_blk[1] // 4), 2 * (_blk[1] // 4), "
+                          "axis=1)")) << p.code;
+  EXPECT_FALSE(has(p.code, "512")) << p.code;
+  ASSERT_EQ(p.operands.size(), 1u);
+  EXPECT_TRUE(p.operands[0].pooled);
+  EXPECT_EQ(p.operands[0].space_shape, "(x.shape[0], (w.shape[2]))");
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_TRUE(p.outputs[0].pooled);
+  EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], w.shape[2])");
+}
+
 TEST(BlockProgram, RefusesUnknownPrimitives) {
   {
     auto g = load("cumsum_after_matmul");

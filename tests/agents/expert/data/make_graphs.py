@@ -53,6 +53,11 @@ def residual_per_row_scalar(x, w, res, row_scale, s):
     return (y * row_scale[:, None] + res.astype(f32)) * s, jnp.max(y, axis=1)
 
 
+def gates_after_matmul(x, w, c):
+    g = jnp.einsum("mk,kgn->mgn", x, w)
+    return jax.nn.sigmoid(g[:, 1]) * c + jnp.tanh(g[:, 0]) * g[:, 2]
+
+
 # Sizes big enough that the templates have blocks to choose (and children to propose).
 CASES = {
     "matmul_bias_gelu_softmax": (matmul_bias_gelu_softmax,
@@ -64,6 +69,9 @@ CASES = {
     "groupnorm_after_matmul": (groupnorm_after_matmul,
                                [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "maxout_after_matmul": (maxout_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
+    "gates_after_matmul": (gates_after_matmul,
+                           [S((512, 1024), f32), S((1024, 4, 512), f32), S((512, 512), f32)],
+                           ()),
     "cumsum_after_matmul": (cumsum_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "residual_per_row_scalar": (residual_per_row_scalar,
                                 [S((512, 1024), bf16), S((2048, 1024), bf16),
@@ -71,7 +79,10 @@ CASES = {
 }
 
 if __name__ == "__main__":
+    only = sys.argv[1:]   # names to write (default: all)
     for name, (fn, args, static) in CASES.items():
+        if only and name not in only:
+            continue
         g = analyze(fn, args, static)
         with open(os.path.join(HERE, name + ".json"), "w") as f:
             json.dump(g, f, indent=1, sort_keys=True)
