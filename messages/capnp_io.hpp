@@ -57,7 +57,14 @@ private:
 template <class T>
 std::optional<decoded_message> decode(std::string_view bytes, std::string& error);
 
+// Every pointer of the message read as its field's type says (a text's NUL, a list's element
+// size, a struct where a struct is due, the union members that are set), each word counted
+// against the traversal limit, and the depth bounded: the reads of capnp's dynamic API,
+// planned once per schema.
 bool check_traversal(decoded_message& msg, capnp::StructSchema type, std::string& error);
+// The same check through the dynamic API field by field: the reference the tests hold the
+// planned one to.
+bool check_traversal_dynamic(decoded_message& msg, capnp::StructSchema type, std::string& error);
 
 template <class T>
 std::optional<decoded_message> decode(std::string_view bytes, std::string& error) {
