@@ -2,7 +2,6 @@
 
 #include "messages/content_hash.hpp"
 
-#include <vector>
 
 namespace maxkernel::search {
 
@@ -93,23 +92,24 @@ void append_part(std::string& out, std::string_view part) {
 }  // namespace
 
 std::string normalize_source(std::string_view source) {
-  std::vector<std::string> lines;
-  std::string line;
+  // One pass into the output (each line's trailing whitespace cut as the line ends): a key
+  // is made for every request a node gets, so no per-line strings.
+  std::string out;
+  out.reserve(source.size() + 1);
+  size_t line_start = 0;
   python_scanner scanner;
   auto end_line = [&] {
     // Whether the newline ending this line lies inside a triple-quoted string is the state
     // before the newline is fed.
-    bool keep = scanner.newline_in_long_string();
-    if (!keep) {
-      size_t end = line.size();
-      while (end > 0 && is_line_space(line[end - 1]))
+    if (!scanner.newline_in_long_string()) {
+      size_t end = out.size();
+      while (end > line_start && is_line_space(out[end - 1]))
         --end;
-      keep = end > 0 && line[end - 1] == '\\';
-      if (!keep)
-        line.resize(end);
+      if (!(end > line_start && out[end - 1] == '\\'))
+        out.resize(end);
     }
-    lines.push_back(std::move(line));
-    line.clear();
+    out += '\n';
+    line_start = out.size();
   };
   for (size_t i = 0; i < source.size(); ++i) {
     char c = source[i];
@@ -122,19 +122,15 @@ std::string normalize_source(std::string_view source) {
       end_line();
       scanner.feed('\n');
     } else {
-      line += c;
+      out += c;
       scanner.feed(c);
     }
   }
-  if (!line.empty())
+  if (out.size() > line_start)
     end_line();
-  while (!lines.empty() && lines.back().empty())
-    lines.pop_back();
-  std::string out;
-  for (const auto& l : lines) {
-    out += l;
-    out += '\n';
-  }
+  // Trailing empty lines go.
+  while (!out.empty() && out.back() == '\n' && (out.size() == 1 || out[out.size() - 2] == '\n'))
+    out.pop_back();
   return out;
 }
 
