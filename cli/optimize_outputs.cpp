@@ -3,6 +3,7 @@
 #include "cli/jaxbench_export.hpp"
 #include "cli/output_file.hpp"
 #include "cli/profile_report.hpp"
+#include "cli/svg_chart.hpp"
 #include "maxkernel/schema/operator.capnp.h"
 #include "messages/capnp_io.hpp"
 #include "messages/decision_kind.hpp"
@@ -65,20 +66,6 @@ std::string params_text(schema::Candidate::Reader c) {
   for (auto x : c.getParams())
     p[x.getName().cStr()] = json::parse(x.getValue().cStr(), nullptr, false);
   return p.dump();
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 std::vector<std::string> vertex_bytes(schema::OptimizeResult::Reader result) {
