@@ -135,11 +135,15 @@ std::string normalize_source(std::string_view source) {
 }
 
 std::string evaluation_key(const evaluation_key_parts& parts) {
+  return evaluation_key(parts, normalize_source(parts.source));
+}
+
+std::string evaluation_key(const evaluation_key_parts& parts, std::string_view normalized) {
   // The first part names the key's own format: changing what goes in changes every key.
   std::string bytes;
   append_part(bytes, "maxkernel.evaluation_key.v1");
   append_part(bytes, parts.reference ? "reference" : "candidate");
-  append_part(bytes, normalize_source(parts.source));
+  append_part(bytes, normalized);
   append_part(bytes, parts.spec_hash);
   append_part(bytes, parts.chip);
   append_part(bytes, parts.backend);

@@ -5,6 +5,9 @@
 #include <capnp/message.h>
 
 #include <cstdio>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 
 namespace maxkernel::tpu_nodes {
 
@@ -54,6 +57,51 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
   return out;
 }
 
+namespace {
+
+// The normalised sources of the last few candidates, shared by every node of the process:
+// a candidate's requests (its default evaluation and each tester case) go to different
+// nodes, and normalising a source is the costly part of a key.
+class normalized_sources {
+public:
+  std::string of(std::string_view source) {
+    std::string key(source);
+    {
+      std::lock_guard lock(mutex_);
+      auto it = memo_.find(key);
+      if (it != memo_.end())
+        return it->second;
+    }
+    auto normalized = search::normalize_source(source);
+    std::lock_guard lock(mutex_);
+    if (memo_.emplace(key, normalized).second) {
+      order_.push_back(std::move(key));
+      if (order_.size() > capacity) {
+        memo_.erase(order_.front());
+        order_.pop_front();
+      }
+    }
+    return normalized;
+  }
+
+private:
+  static constexpr size_t capacity = 64;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::string> memo_;
+  std::deque<std::string> order_;  // oldest first
+};
+
+normalized_sources& shared_sources() {
+  static normalized_sources sources;
+  return sources;
+}
+
+std::string key_of(const search::evaluation_key_parts& parts) {
+  return search::evaluation_key(parts, shared_sources().of(parts.source));
+}
+
+}  // namespace
+
 std::string key_memo::key(const search::evaluation_key_parts& parts) {
   std::string raw;
   raw.reserve(parts.source.size() + parts.spec_hash.size() + parts.options.size() + 64);
@@ -73,7 +121,7 @@ std::string key_memo::key(const search::evaluation_key_parts& parts) {
     bytes_ = 0;
   }
   bytes_ += raw.size() + 64;
-  auto key = search::evaluation_key(parts);
+  auto key = key_of(parts);
   memo_.emplace(std::move(raw), key);
   return key;
 }
@@ -94,7 +142,7 @@ std::string request_key(schema::EvalRequest::Reader request, std::string_view ch
   parts.jax_version = jax_version;
   parts.options = options;
   parts.reference = reference;
-  return memo ? memo->key(parts) : search::evaluation_key(parts);
+  return memo ? memo->key(parts) : key_of(parts);
 }
 
 }  // namespace maxkernel::tpu_nodes

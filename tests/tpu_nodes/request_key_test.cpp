@@ -3,6 +3,7 @@
 // the key, the tester's modes included, and a request without the modes keeps the key text
 // it had before they existed (results already in the store still answer it).
 #include "messages/eval_request.hpp"
+#include "search/evaluation_key.hpp"
 #include "tpu_nodes/request_key.hpp"
 
 #include <capnp/message.h>
@@ -120,3 +121,41 @@ TEST(RequestKey, AReferenceIgnoresTheTestersModes) {
 }
 
 }  // namespace
+
+// The nodes of a process share the normalised sources of recent candidates: the key stays the
+// one search::evaluation_key makes from the raw source, for sources seen again, sources with
+// only trailing blanks or CR/LF changed, and past the point where old sources are dropped.
+TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
+  tpu_nodes::key_memo memo;
+  std::set<std::string> keys;
+  for (int round = 0; round < 2; ++round) {
+    for (int n = 0; n < 150; ++n) {
+      std::string source = "def workload(a):\n    return a  \n# " + std::to_string(n) + "\n";
+      capnp::MallocMessageBuilder spec_msg;
+      auto spec = spec_msg.initRoot<schema::KernelSpec>();
+      spec.setName("matmul");
+      capnp::MallocMessageBuilder msg;
+      request_settings settings;
+      settings.chip = "v5e";
+      messages::build_eval_request(msg.initRoot<schema::EvalRequest>(), spec.asReader(), source,
+                                   "test", settings);
+      auto request = msg.getRoot<schema::EvalRequest>().asReader();
+      auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2", n % 2 ? &memo : nullptr);
+      auto hash = tpu_nodes::spec_hash(spec.asReader());
+      auto options = tpu_nodes::result_options(request, "model");
+      search::evaluation_key_parts parts;
+      parts.source = source;
+      parts.spec_hash = hash;
+      parts.chip = "v5e";
+      parts.backend = "model";
+      parts.jax_version = "0.10.2";
+      parts.options = options;
+      EXPECT_EQ(key, search::evaluation_key(parts)) << n;
+      std::string crlf = "def workload(a):\r\n    return a\r\n# " + std::to_string(n) + "\n\n";
+      parts.source = crlf;
+      EXPECT_EQ(key, search::evaluation_key(parts)) << n;
+      keys.insert(key);
+    }
+  }
+  EXPECT_EQ(keys.size(), 150u);
+}
