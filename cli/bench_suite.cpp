@@ -32,9 +32,22 @@ bool skipped(const fs::path& p) {
   return name.empty() || name[0] == '.' || name == "__pycache__";
 }
 
-bool matches(const std::string& glob, const suite_task& t) {
-  return glob.empty() || fnmatch(glob.c_str(), t.name.c_str(), 0) == 0 ||
-         fnmatch(glob.c_str(), t.relative.c_str(), 0) == 0;
+// `globs`: comma-separated; a task is kept when any of them matches its name or path.
+bool matches(const std::string& globs, const suite_task& t) {
+  if (globs.empty())
+    return true;
+  size_t start = 0;
+  while (start <= globs.size()) {
+    size_t comma = globs.find(',', start);
+    auto glob = globs.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!glob.empty() && (fnmatch(glob.c_str(), t.name.c_str(), 0) == 0 ||
+                          fnmatch(glob.c_str(), t.relative.c_str(), 0) == 0))
+      return true;
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+  return false;
 }
 
 suite_task task_at(const fs::path& root, const fs::path& p, spec_kind kind) {

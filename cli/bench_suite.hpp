@@ -1,8 +1,8 @@
 // The tasks of a benchmark suite: every native spec (*.yaml), JAXBench task directory
 // (baseline.py) and MaxKernel task directory (kernel_task.yaml) under SUITE, found by the
 // task-input contract (ARCHITECTURE.md), in path order; a task directory is one task (its
-// files are not searched further). `--tasks GLOB` keeps those whose name or path relative to
-// the suite matches.
+// files are not searched further). `--tasks GLOB[,GLOB...]` keeps those whose name or path
+// relative to the suite matches one of the globs.
 #pragma once
 
 #include "cli/spec_source.hpp"
@@ -20,7 +20,7 @@ struct suite_task {
 };
 
 // The suite's tasks; false with `error` when SUITE is missing, unreadable, or holds no task
-// (matching `glob`, when given). SUITE may itself be one task.
+// (matching `glob`, when given: comma-separated globs). SUITE may itself be one task.
 bool find_suite_tasks(const std::string& suite, const std::string& glob,
                       std::vector<suite_task>& tasks, std::string& error);
 

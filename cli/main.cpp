@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
                         "hitl-hint (each on its own evaluation store)")
     ->excludes(bench_mode);
   bench_cmd->add_option("--tasks", bench.tasks,
-                        "only the tasks whose name or suite-relative path matches this glob");
+                        "only the tasks whose name or suite-relative path matches one of these "
+                        "comma-separated globs");
   bench_cmd->add_option("--jobs", bench.jobs, "tasks searched at once (default: two per worker)")
     ->check(CLI::Range(1u, 256u));
   bench_cmd->add_option("--json", bench.json, "write the figures as JSON to FILE, or - for stdout");

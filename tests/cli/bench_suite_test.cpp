@@ -68,6 +68,11 @@ TEST_F(bench_suite, a_glob_matches_names_or_relative_paths) {
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].name, "b_gemm");
   tasks.clear();
+  ASSERT_TRUE(find_suite_tasks(root.string(), "mk/*,*norm", tasks, error)) << error;
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].relative, "mk/moe");
+  EXPECT_EQ(tasks[1].relative, "ops/a_norm");
+  tasks.clear();
   EXPECT_FALSE(find_suite_tasks(root.string(), "nothing*", tasks, error));
   EXPECT_NE(error.find("no task matches --tasks nothing*"), std::string::npos) << error;
 }
