@@ -193,12 +193,19 @@ json compare_modes(const std::vector<json>& runs, double tolerance) {
       if (e.geomean > best->geomean)
         best = &e;
     const entry* choice = best;
-    for (const auto& e : entries)
-      if (e.geomean >= best->geomean * (1 - tolerance) && e.worker < choice->worker)
+    unsigned close = 0;
+    for (const auto& e : entries) {
+      bool near = e.geomean >= best->geomean * (1 - tolerance);
+      close += near ? 1 : 0;
+      if (near && e.worker < choice->worker)
         choice = &e;
+    }
     std::string why =
       choice == best
-        ? fmt::format("geomean {:.3f}x, the highest", best->geomean)
+        ? (close > 1 ? fmt::format("geomean {:.3f}x, the highest, and the cheapest of the {} "
+                                   "modes within {:.0f}% of it",
+                                   best->geomean, close, tolerance * 100)
+                     : fmt::format("geomean {:.3f}x, the highest", best->geomean))
         : fmt::format("geomean {:.3f}x, within {:.0f}% of {}'s {:.3f}x at {:.0f}% of its worker "
                       "seconds",
                       choice->geomean, tolerance * 100, best->mode, best->geomean,

@@ -109,8 +109,25 @@ TEST(bench_summary, the_rule_takes_the_best_mode_unless_a_cheaper_one_is_close) 
   EXPECT_NE(rule.find("matmul: graph"), std::string::npos) << rule;
   EXPECT_NE(rule.find("rowwise: auto"), std::string::npos) << rule;
   EXPECT_EQ(rule.rfind("all: ", 0), 0u) << rule;
+  EXPECT_NE(rule.find("rowwise: auto (geomean 2.000x, within 2% of graph's 2.020x at 33% of its "
+                      "worker seconds)"),
+            std::string::npos)
+    << rule;
   // One "all" row per mode and one per family and mode.
   EXPECT_EQ(c["rows"].size(), 6u);
   EXPECT_EQ(c["rows"][0]["family"], "all");
   EXPECT_EQ(c["rows"][0]["mode"], "auto");
+}
+
+TEST(bench_summary, a_tie_goes_to_the_cheapest_mode_and_says_so) {
+  auto a = summarize_run({{"mode", "auto"}}, {row("rowwise", true, 2.0, nullptr, 1)});
+  auto g = summarize_run({{"mode", "graph"}}, {row("rowwise", true, 2.0, nullptr, 2)});
+  std::string rule = compare_modes({g, a})["rule"];
+  EXPECT_NE(rule.find("all: auto (geomean 2.000x, within 2% of graph's 2.000x at 50%"),
+            std::string::npos)
+    << rule;
+  rule = compare_modes({a, g})["rule"];
+  EXPECT_NE(rule.find("all: auto (geomean 2.000x, the highest, and the cheapest of the 2 modes"),
+            std::string::npos)
+    << rule;
 }
