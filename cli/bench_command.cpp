@@ -141,7 +141,6 @@ struct bench_run {
   std::string mode;  // the label: auto, graph, hitl-hint
   node_session& session;
   const messages::agent_pool& pool;
-  const config::brain_config& brains;
   std::string state_dir;
   std::string out_dir;  // "" none
   bench_progress& progress;
@@ -259,7 +258,7 @@ int run_mode(const bench_options& opts, const std::string& mode, bool own_store,
                        opts.search.budget_evals);
   auto pool = agents::spawn_agent_pool(session.system(), agents::make_brain_chains(brains));
   bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
-  bench_run run{opts, mode, session, pool, brains, sopts.state_dir, opts.out, progress};
+  bench_run run{opts, mode, session, pool, sopts.state_dir, opts.out, progress};
   std::vector<json> rows(tasks.size());
   std::atomic<unsigned> next{0};
   std::vector<std::thread> threads;
