@@ -161,17 +161,9 @@ json run_task(bench_run& run, const suite_task& task, unsigned index) {
 
   std::string error;
   std::optional<messages::decoded_message> spec_msg;
-  if (task.kind == spec_kind::native) {
-    auto loaded = load_spec(task.path, task.kind, search.chip, search.memory_limit_bytes, {});
-    if (loaded.exit_code != 0)
-      return fail(loaded.exit_code, "", loaded.error);
-    spec_msg = messages::decode<schema::KernelSpec>(loaded.spec_bytes, error);
-    if (!spec_msg)
-      return fail(3, "", error);
-  } else if (int code = load_task_spec(run.session, task.path, task.kind, search.chip,
-                                       search.memory_limit_bytes, spec_msg, error)) {
+  if (int code = load_task_spec(run.session, task.path, task.kind, search.chip,
+                                search.memory_limit_bytes, spec_msg, error))
     return fail(code, "", error);
-  }
   spec_msg->allow_rereading();
   auto spec = spec_msg->root<schema::KernelSpec>();
   std::string name = spec.getName().cStr();

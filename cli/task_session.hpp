@@ -39,8 +39,8 @@ int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::str
 int task_chip(const std::string& flag, schema::KernelSpec::Reader spec, std::string& chip_name,
               std::string& error);
 
-// Loads a task's spec on a running session (task directories through its worker): 0, or the
-// exit code (2 bad input, 3 environment) and `error`.
+// Loads a task's spec on a running session (native specs in process, task directories through
+// its worker): 0, or the exit code (2 bad input, 3 environment) and `error`.
 int load_task_spec(node_session& session, const std::string& spec_path, spec_kind kind,
                    const std::string& chip_flag, uint64_t memory_limit_bytes,
                    std::optional<messages::decoded_message>& spec, std::string& error);
