@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -85,6 +86,7 @@ struct dispatcher_state {
   uint64_t completed = 0;
   uint64_t redispatched = 0;
   uint64_t requeued = 0;
+  std::vector<std::function<void()>> parked;  // load / analyze / info waiting for a node
   std::optional<clock_point> straggler_timer;  // when the pending straggler check fires
   uint64_t straggler_generation = 0;
   static inline const char* name = "dispatcher";
@@ -390,6 +392,8 @@ void copy_stragglers(dispatcher* self) {
 
 void dispatch(dispatcher* self) {
   auto& st = self->state;
+  if (!any_alive(st) && st.config.wait_for_nodes)
+    return;  // queued requests wait for a node to join (or their deadline)
   if (!any_alive(st)) {
     for (auto id : st.queue) {
       st.jobs.at(id).promise.deliver(no_node_alive());
@@ -418,7 +422,7 @@ void dispatch(dispatcher* self) {
 caf::response_promise evaluate(dispatcher* self, payload& request, uint32_t deadline_ms) {
   auto& st = self->state;
   auto rp = self->make_response_promise();
-  if (!any_alive(st)) {
+  if (!any_alive(st) && !st.config.wait_for_nodes) {
     rp.deliver(no_node_alive());
     return rp;
   }
@@ -455,6 +459,13 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
              Ts... args) {
   auto& st = self->state;
   auto node = first ? first_alive(st) : side_node(st);
+  if (!node && st.config.wait_for_nodes) {
+    // Asked again when a node joins; the requester's own timeout bounds the wait.
+    st.parked.push_back([self, rp, first, timeout, args...]() mutable {
+      forward(self, rp, first, timeout, args...);
+    });
+    return;
+  }
   if (!node) {
     rp.deliver(no_node_alive());
     return;
@@ -591,6 +602,10 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
     [self](messages::status_atom) { return status(self); },
     [self](messages::join_atom, caf::actor& node) {
       add_node(self, caf::actor_cast<messages::tpu_node_actor>(node));
+      auto parked = std::move(self->state.parked);
+      self->state.parked.clear();
+      for (auto& resume : parked)
+        resume();
       dispatch(self);
     },
     [self](straggler_atom, uint64_t generation) {

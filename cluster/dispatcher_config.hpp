@@ -29,6 +29,10 @@ struct dispatcher_config {
   std::chrono::milliseconds overload_retry{1'000};
   // How long a joining node may take to describe itself (its nodeId in the status).
   std::chrono::milliseconds info_timeout{10'000};
+  // A cluster's dispatcher starts before its nodes and outlives the loss of all of them:
+  // with no node alive it keeps requests (each until its deadline) for the next node that
+  // joins, instead of answering worker_unavailable.
+  bool wait_for_nodes = false;
 };
 
 }  // namespace maxkernel::cluster

@@ -1,6 +1,10 @@
 #include "tpu_nodes/store_policy.hpp"
 
+#include "messages/payload_codec.hpp"
+#include "tpu_nodes/checked_payload.hpp"
+
 #include <capnp/dynamic.h>
+#include <capnp/message.h>
 #include <capnp/schema.h>
 
 namespace maxkernel::tpu_nodes {
@@ -52,6 +56,22 @@ search::evaluation_record record_for(const std::string& key, const std::string& 
   record.time_us = result.getHasProfile() ? result.getProfile().getTimeUs() : 0;
   record.error_class = failure_class(result);
   return record;
+}
+
+messages::payload stamped_result(const std::string& result_bytes, const std::string& key,
+                                 bool cached, const std::string& candidate_id,
+                                 std::string& error) {
+  auto decoded = open_checked<schema::EvalResult>(result_bytes, error);
+  if (!decoded)
+    return {};
+  capnp::MallocMessageBuilder msg;
+  msg.setRoot(decoded->root<schema::EvalResult>());
+  auto r = msg.getRoot<schema::EvalResult>();
+  r.setKey(key);
+  r.setCached(cached);
+  if (!candidate_id.empty())
+    r.setCandidateId(candidate_id);
+  return messages::make_payload<schema::EvalResult>(msg);
 }
 
 }  // namespace maxkernel::tpu_nodes

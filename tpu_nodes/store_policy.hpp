@@ -2,6 +2,7 @@
 #pragma once
 
 #include "maxkernel/schema/eval.capnp.h"
+#include "messages/payload.hpp"
 #include "search/evaluation_store.hpp"
 
 #include <string>
@@ -20,5 +21,13 @@ std::string failure_class(schema::EvalResult::Reader result);
 search::evaluation_record record_for(const std::string& key, const std::string& result_bytes,
                                      schema::EvalResult::Reader result,
                                      const std::string& spec_name, const std::string& chip);
+
+// A copy of `result_bytes` with the fields its answerer sets: the key, whether it came from
+// the store, and the requester's candidate id (a stored result may come from another
+// candidate with the same source; "" keeps the result's). Empty with `error` when the bytes
+// are no EvalResult.
+messages::payload stamped_result(const std::string& result_bytes, const std::string& key,
+                                 bool cached, const std::string& candidate_id,
+                                 std::string& error);
 
 }  // namespace maxkernel::tpu_nodes

@@ -90,24 +90,6 @@ uint32_t budget_ms(node_actor* self, const pending_request& p) {
   return static_cast<uint32_t>(std::clamp<int64_t>((left + worker_grace).count(), 1, UINT32_MAX));
 }
 
-// A copy of `result` with the node's fields: its key, whether it came from the store, and
-// the requester's candidate id (a stored result may come from another candidate with the
-// same source).
-payload stamped(const std::string& result_bytes, const std::string& key, bool cached,
-                const std::string& candidate_id, std::string& error) {
-  auto decoded = open_checked<schema::EvalResult>(result_bytes, error);
-  if (!decoded)
-    return {};
-  capnp::MallocMessageBuilder msg;
-  msg.setRoot(decoded->root<schema::EvalResult>());
-  auto r = msg.getRoot<schema::EvalResult>();
-  r.setKey(key);
-  r.setCached(cached);
-  if (!candidate_id.empty())
-    r.setCandidateId(candidate_id);
-  return messages::make_payload<schema::EvalResult>(msg);
-}
-
 // The stored result of `p`, if any, answered at once.
 bool answer_from_store(node_actor* self, pending_request& p, const std::string& candidate_id) {
   auto* store = self->state.config.store;
@@ -117,7 +99,7 @@ bool answer_from_store(node_actor* self, pending_request& p, const std::string& 
   if (!found)
     return false;
   std::string err;
-  auto result = stamped(*found, p.key, true, candidate_id, err);
+  auto result = stamped_result(*found, p.key, true, candidate_id, err);
   if (!err.empty()) {
     ++self->state.store_errors;  // an unreadable record: evaluate afresh
     return false;
@@ -180,7 +162,7 @@ void on_result(node_actor* self, uint64_t id, payload& result) {
   if (p.kind == request_kind::evaluate) {
     ++st.evaluations;
     std::string err;
-    auto out = stamped(result.bytes, p.key, false, {}, err);
+    auto out = stamped_result(result.bytes, p.key, false, {}, err);
     if (!err.empty()) {
       if (!p.answered)
         p.promise.deliver(make_error(error_code::internal, "the pool sent a bad EvalResult: " + err));
