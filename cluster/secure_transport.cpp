@@ -1,0 +1,213 @@
+#include "cluster/secure_transport.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+namespace maxkernel::cluster {
+
+namespace {
+
+constexpr const char* auth_failed_prefix = "authentication failed";
+
+caf::io::middleman_actor middleman_of(caf::actor_system& sys) {
+  return cluster_tls_enabled(sys) ? sys.openssl_manager().actor_handle()
+                                  : sys.middleman().actor_handle();
+}
+
+// A connect that ended before CAF's handshake completed: under TLS, the handshake with our
+// certificate or theirs failed (or the port speaks no TLS), which is what a peer of another
+// cluster sees.
+bool handshake_refused(const caf::error& err) {
+  return err.category() == caf::atom("system") && err == caf::sec::disconnect_during_handshake;
+}
+
+}  // namespace
+
+void enable_cluster_tls(caf::actor_system_config& cfg, const cluster_credentials& creds) {
+  cfg.openssl_certificate = creds.certificate_file;
+  cfg.openssl_key = creds.key_file;
+  cfg.openssl_passphrase = creds.key_passphrase;
+  cfg.openssl_cafile = creds.ca_file;
+  cfg.openssl_capath.clear();
+  cfg.load<caf::openssl::manager>();
+}
+
+bool cluster_tls_enabled(caf::actor_system& sys) {
+  return sys.has_openssl_manager() && sys.openssl_manager().authentication_enabled();
+}
+
+caf::expected<uint16_t> publish_actor(caf::actor_system& sys, const caf::actor& whom,
+                                      const std::string& host, uint16_t port,
+                                      const std::set<std::string>& interface) {
+  if (!whom)
+    return caf::make_error(caf::sec::cannot_publish_invalid_actor);
+  caf::scoped_actor self{sys, true};
+  caf::expected<uint16_t> result{caf::sec::runtime_error};
+  // reuse_addr: a supervisor restarted with --resume binds again while its old
+  // connections sit in TIME_WAIT.
+  self
+    ->request(middleman_of(sys), caf::infinite, caf::publish_atom::value, port,
+              caf::actor_cast<caf::strong_actor_ptr>(whom), interface, host, true)
+    .receive([&](uint16_t bound) { result = bound; },
+             [&](caf::error& err) { result = std::move(err); });
+  return result;
+}
+
+caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::string& host,
+                                        uint16_t port, std::chrono::milliseconds timeout,
+                                        const std::set<std::string>& interface) {
+  caf::scoped_actor self{sys, true};
+  caf::expected<caf::actor> result{caf::sec::runtime_error};
+  bool tls = cluster_tls_enabled(sys);
+  self->request(middleman_of(sys), timeout, caf::connect_atom::value, host, port)
+    .receive(
+      [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+        if (!ptr)
+          result = caf::make_error(caf::sec::no_actor_published_at_port,
+                                   fmt::format("no actor is published at {}:{}", host, port));
+        else if (!interface.empty() && !sys.assignable(ifs, interface))
+          result = caf::make_error(
+            caf::sec::unexpected_actor_messaging_interface,
+            fmt::format("the actor at {}:{} does not offer the expected interface", host, port));
+        else
+          result = caf::actor_cast<caf::actor>(std::move(ptr));
+      },
+      [&](caf::error& err) {
+        if (tls && handshake_refused(err))
+          result = caf::make_error(
+            caf::sec::disconnect_during_handshake,
+            fmt::format("{}: the TLS handshake with {}:{} failed (the peer holds another "
+                        "cluster's credentials, refused ours, or speaks no TLS)",
+                        auth_failed_prefix, host, port));
+        else if (err == caf::sec::request_timeout)
+          result = caf::make_error(
+            caf::sec::request_timeout,
+            fmt::format("no answer from {}:{} within {} ms", host, port, timeout.count()));
+        else
+          result = std::move(err);
+      });
+  return result;
+}
+
+bool authentication_failed(const caf::error& err) {
+  if (!err || err.category() != caf::atom("system") || err.context().empty())
+    return false;
+  const caf::message& ctx = err.context();
+  for (size_t i = 0; i < ctx.size(); ++i)
+    if (ctx.match_element<std::string>(i)
+        && ctx.get_as<std::string>(i).rfind(auth_failed_prefix, 0) == 0)
+      return true;
+  return false;
+}
+
+// ---- ZeroMQ -------------------------------------------------------------------------------
+
+void make_curve_server(zmq::socket_t& socket, const cluster_credentials& creds) {
+  socket.set(zmq::sockopt::curve_server, true);
+  socket.set(zmq::sockopt::curve_secretkey, creds.curve_server_secret);
+  socket.set(zmq::sockopt::zap_domain, cluster_zap_domain);
+}
+
+void make_curve_client(zmq::socket_t& socket, const cluster_credentials& creds) {
+  socket.set(zmq::sockopt::curve_serverkey, creds.curve_server_public);
+  socket.set(zmq::sockopt::curve_publickey, creds.curve_client_public);
+  socket.set(zmq::sockopt::curve_secretkey, creds.curve_client_secret);
+}
+
+struct curve_server_auth::impl {
+  zmq::socket_t zap;
+  std::string client_key;  // 32 bytes, binary: what ZAP requests carry
+  log_function log;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> admitted{0};
+  std::atomic<uint64_t> refused{0};
+  std::thread thread;
+
+  impl(zmq::context_t& context, const cluster_credentials& creds, log_function f)
+    : zap(context, zmq::socket_type::rep), log(std::move(f)) {
+    uint8_t key[32];
+    if (creds.curve_client_public.size() != 40
+        || !zmq_z85_decode(key, creds.curve_client_public.c_str()))
+      throw std::invalid_argument("the cluster's CURVE client key is not 40 Z85 characters");
+    client_key.assign(reinterpret_cast<const char*>(key), sizeof key);
+    if (!log)
+      log = [](const std::string& line) { std::cerr << line << '\n'; };
+    zap.set(zmq::sockopt::linger, 0);
+    zap.bind("inproc://zeromq.zap.01");
+  }
+
+  void serve() {
+    while (!stop.load()) {
+      zmq::pollitem_t item{zap.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) <= 0)
+        continue;
+      std::vector<zmq::message_t> frames;
+      while (true) {
+        zmq::message_t m;
+        if (!zap.recv(m))
+          break;
+        bool more = m.more();
+        frames.push_back(std::move(m));
+        if (!more)
+          break;
+      }
+      answer(frames);
+    }
+  }
+
+  // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
+  void answer(const std::vector<zmq::message_t>& f) {
+    auto text = [&](size_t i) { return i < f.size() ? f[i].to_string() : std::string(); };
+    std::string status = "200";
+    std::string reason = "OK";
+    if (f.size() < 6 || text(0) != "1.0") {
+      status = "500";
+      reason = "malformed ZAP request";
+    } else if (text(2) == cluster_zap_domain) {
+      std::string mechanism = text(5);
+      bool ok = mechanism == "CURVE" && f.size() >= 7 && f[6].to_string() == client_key;
+      if (!ok) {
+        status = "400";
+        reason = "not a client of this cluster";
+        refused.fetch_add(1);
+        log(fmt::format("client port: refused a peer from {} ({}): {}", text(3), mechanism,
+                        mechanism == "CURVE" ? "its CURVE key is not this cluster's client key"
+                                             : "it does not use CURVE"));
+      } else {
+        admitted.fetch_add(1);
+      }
+    }
+    std::vector<std::string> reply{"1.0", text(1), status, reason, "", ""};
+    for (size_t i = 0; i < reply.size(); ++i)
+      zap.send(zmq::buffer(reply[i]),
+               i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+};
+
+curve_server_auth::curve_server_auth(zmq::context_t& context, const cluster_credentials& creds,
+                                     log_function log)
+  : impl_(std::make_unique<impl>(context, creds, std::move(log))) {
+  impl_->thread = std::thread([p = impl_.get()] { p->serve(); });
+}
+
+curve_server_auth::~curve_server_auth() {
+  impl_->stop.store(true);
+  if (impl_->thread.joinable())
+    impl_->thread.join();
+}
+
+uint64_t curve_server_auth::admitted() const { return impl_->admitted.load(); }
+uint64_t curve_server_auth::refused() const { return impl_->refused.load(); }
+
+}  // namespace maxkernel::cluster
