@@ -15,6 +15,21 @@ namespace {
 
 void next_round(supervisor_self self);
 
+// The best correct time among the vertices before `first` (0: none): the bar of the tester's
+// cases for a round whose children start at `first`. Not the record's best: a round resumed
+// after a time budget cut it holds some of its own children already, and those must not set
+// the bar of their siblings (a sibling as fast, skipped, would win the tie as the earlier).
+double best_before(const search_record& record, size_t first) {
+  double best = 0;
+  for (size_t i = 0; i < std::min(first, record.size()); ++i) {
+    auto v = record.vertex(i);
+    if (v.getState() == schema::VertexState::EVALUATED && v.getCorrect() && v.getTimeUs() > 0 &&
+        accepted(v) && (best == 0 || v.getTimeUs() < best))
+      best = v.getTimeUs();
+  }
+  return best;
+}
+
 // Dispatches the round's lineages (vertices `first` .. end, already recorded as pending) all
 // at once; when the last one is in, records them in vertex order and starts the next round.
 void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
@@ -22,6 +37,11 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
   auto slots = std::make_shared<std::vector<std::string>>(children.size());
   auto left = std::make_shared<size_t>(children.size());
   report(self, fmt::format("round {}: {} candidate(s) out", self->state.round, children.size()));
+  // The bar of the tester's cases: the best when the round starts, fixed before dispatch.
+  size_t first = children.empty() ? run->record.size() : children.front().index;
+  for (auto& c : children)
+    first = std::min<size_t>(first, c.index);
+  run->ctx->set_cases_bar(best_before(run->record, first));
   std::vector<std::shared_ptr<lineage<supervisor_impl>>> lineages;
   for (size_t k = 0; k < children.size(); ++k) {
     lineages.push_back(std::make_shared<lineage<supervisor_impl>>(

@@ -171,6 +171,8 @@ void run_lineage(supervisor_self self, lineage_start start) {
       ++self->state.round;
       propose(self, msg.getRoot<schema::Vertex>().getIndex());
     });
+  // The bar of the tester's cases: the best (accepted) when the step starts.
+  run->ctx->set_cases_bar(run->record.best_time_us());
   if (!record_vertex(self, l->pending_vertex()))
     return;
   report(self, what);

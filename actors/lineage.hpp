@@ -2,6 +2,9 @@
 // (lower, test, profile), the tester's cases run on whatever nodes are free, the tester
 // judges, a failure goes to the debugger (up to maxRepairs fixes, never one twice) and the
 // repaired candidate starts over; a correct one goes to the profiler. The end is one Vertex.
+// The tester's cases cost several interpret-mode runs each, so they go only to a candidate
+// that could become the result: one faster than the step's bar (search_context::
+// cases_bar_us); a slower one is correct on the node's test alone (Vertex.casesSkipped).
 // Every step is an asynchronous request of the supervisor actor (it never blocks), so many
 // lineages of a graph round run at once. Included only by the supervisors' .cpp files.
 #pragma once
@@ -142,8 +145,31 @@ private:
       auto r = me->result_->template root<schema::EvalResult>();
       if (!r.getCorrect())
         return me->failed(r, "");
+      me->cases_skipped_ = false;
+      if (auto why = me->cases_skipped_because(r); !why.empty()) {
+        me->cases_skipped_ = true;
+        return me->diagnose(why);
+      }
       me->run_cases();
     });
+  }
+
+  // Why the tester's cases are not needed for a candidate that passed the node's test, or ""
+  // when they are: its time is not faster than the bar, so it cannot become the best (a tie
+  // goes to the earlier vertex, which holds the bar). A candidate without a time is tested
+  // in full (it cannot be compared).
+  std::string cases_skipped_because(schema::EvalResult::Reader r) {
+    double bar = ctx_->cases_bar_us;
+    if (!(bar > 0) || !r.getHasProfile())
+      return "";
+    double t = r.getProfile().getTimeUs();
+    if (!(t > 0) || t < bar)
+      return "";
+    const char* timing =
+      r.getProfile().getTiming() == schema::Timing::MEASURED ? "measured" : "modeled";
+    return fmt::format("correct on the node's test; the tester's cases skipped: {:.2f} us "
+                       "({}) is not faster than the best {:.2f} us when its step started",
+                       t, timing, bar);
   }
 
   // The tester's cases, all sent at once; the verdict reads them in case order.
@@ -296,6 +322,7 @@ private:
       }
     }
     v.setCorrect(correct);
+    v.setCasesSkipped(correct && cases_skipped_);
     v.setVerdict(verdict_);
     v.setFailureClass(correct ? "" : last_failure_);
     if (diagnosis_) {
@@ -334,6 +361,7 @@ private:
   std::vector<std::optional<messages::decoded_message>> case_results_;
   size_t pending_cases_ = 0;
   bool dead_ = false;
+  bool cases_skipped_ = false;  // the last candidate passed the node's test, cases not run
   unsigned attempt_ = 0, evaluations_ = 0, cache_hits_ = 0;
   std::vector<std::string> tried_, failures_;
   std::string verdict_, last_failure_;

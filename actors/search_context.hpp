@@ -24,6 +24,13 @@ struct search_context {
   std::optional<messages::decoded_message> request;    // OptimizeRequest
   std::optional<messages::decoded_message> plan;       // the tester's TestPlan
   unsigned in_flight = 0;                              // evaluation requests out
+  // The tester's cases go only to a candidate faster than this (us), one that could become
+  // the result; a slower one is correct on the node's test alone. Set by the supervisor from
+  // the best time when a step starts (auto: the iteration, graph: the round, hitl: the
+  // step), before anything is dispatched: which candidates get the cases depends on spec,
+  // seed and budget, not on node count or arrival order. 0: no bar (nothing correct yet, or
+  // settings.testEveryCandidate), every candidate gets every case.
+  double cases_bar_us = 0;
   std::function<void(schema::Usage::Reader)> on_usage; // the brains' tokens and cost
 
   schema::OptimizeRequest::Reader optimize() { return request->root<schema::OptimizeRequest>(); }
@@ -32,6 +39,10 @@ struct search_context {
   schema::SearchSettings::Reader settings() { return optimize().getSettings(); }
   std::string chip() { return settings().getChip().cStr(); }
   schema::TestPlan::Reader test_plan() { return plan->root<schema::TestPlan>(); }
+  // The bar of a step that starts with `best_us` the best correct time (0: none).
+  void set_cases_bar(double best_us) {
+    cases_bar_us = settings().getTestEveryCandidate() || !(best_us > 0) ? 0 : best_us;
+  }
   void usage(schema::Usage::Reader u) {
     if (on_usage)
       on_usage(u);

@@ -30,6 +30,9 @@ struct SearchSettings {
   operatorTimeoutSeconds @12 :Float64;  # hitl: how long a proposal waits for a decision;
                                # 0: forever
   onTimeout @13 :Text;         # hitl: wait (keep waiting) | approve | stop
+  testEveryCandidate @14 :Bool; # the tester's cases for every candidate that passes the node's
+                               # test; false: only for one faster than the best when its step
+                               # started (the others cannot become the result)
 }
 
 struct OptimizeRequest {
@@ -59,6 +62,7 @@ struct Vertex {
   result @6 :EvalResult;       # its evaluation at the default options, when hasResult
   hasResult @7 :Bool;
   correct @8 :Bool;            # passed the node's test and every one of the tester's cases
+                               # (the node's test alone when casesSkipped)
   verdict @9 :Text;            # the tester's summary, or why it failed
   failureClass @10 :Text;      # "" when correct
   timeUs @11 :Float64;         # the profile's time (modeled or measured); 0 when none
@@ -78,6 +82,9 @@ struct Vertex {
                                # the best or a plan's parent.
   feedback @22 :Text;          # hitl: the operator's feedback or hint on it
   expectedEffect @23 :Text;    # the planner's expected effect of the step
+  casesSkipped @24 :Bool;      # correct on the node's test alone: its time was not faster than
+                               # the best when its step started, so it could not become the
+                               # result and the tester's cases were not run (verdict says so)
 }
 
 struct FailureCount {

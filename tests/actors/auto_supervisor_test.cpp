@@ -69,8 +69,10 @@ TEST_F(AutoSupervisor, ChainPlansFromTheBestUntilTheBudget) {
     // evaluated by the node, its time from the node's profile, diagnosed by the profiler
     EXPECT_DOUBLE_EQ(v.getTimeUs(), modeled_time_us(v.getCandidate().getSource().cStr()));
     EXPECT_TRUE(v.getHasDiagnosis());
-    // the node's evaluation plus the tester's cases
-    EXPECT_GT(v.getEvaluations(), 1u);
+    // the node's evaluation, plus the tester's cases when it could become the best
+    if (!v.getCasesSkipped()) {
+      EXPECT_GT(v.getEvaluations(), 1u);
+    }
     ids.insert(v.getCandidate().getId().cStr());
     if (k > 0) {
       EXPECT_EQ(v.getParent(), best_before(r, k));
@@ -254,4 +256,96 @@ TEST_F(AutoSupervisor, AResumedSearchEvaluatesOnlyThePendingCandidate) {
       EXPECT_TRUE(node->sources[i] == pending) << "a finished candidate evaluated again";
   EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(whole.r()));
   EXPECT_EQ(std::string(o.r().getStopReason().cStr()), "budget");
+}
+
+// The bars of an auto search: each iteration's, the best before its vertex.
+std::vector<double> auto_bars(schema::OptimizeResult::Reader r) {
+  std::vector<double> bars;
+  for (unsigned k = 0; k < r.getVertices().size(); ++k)
+    bars.push_back(best_time_before(r, k));
+  return bars;
+}
+
+// The tester's cases only for a candidate faster than the best when its iteration started:
+// the first runs them (no best yet), a slower one is correct on the node's test alone and
+// its verdict says why; the best is never such a one.
+TEST_F(AutoSupervisor, OnlyAFasterCandidateGetsTheTestersCases) {
+  auto o = optimize(spawn(), {.mode = "auto", .budget = 8});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  unsigned n = r.getVertices().size();
+  ASSERT_GE(n, 4u);
+  EXPECT_FALSE(r.getVertices()[0].getCasesSkipped());
+  unsigned skipped = expect_cases_only_when_faster(r, auto_bars(r), *node);
+  EXPECT_GT(skipped, 0u) << "no move was slower than the best: nothing shows the skip";
+  EXPECT_LT(skipped, n - 1) << "no move was faster than the best: nothing shows the cases";
+  EXPECT_EQ(node->requests, evaluations_of(r));
+  EXPECT_EQ(r.getBest(), best_before(r, n));
+}
+
+// --test-every-candidate: every candidate gets the cases; where they all pass the search
+// takes the same steps (which candidates get cases changes no choice).
+TEST_F(AutoSupervisor, TestEveryCandidateRunsTheCasesForEach) {
+  auto lazy = optimize(spawn(), {.mode = "auto", .budget = 6});
+  ASSERT_TRUE(lazy.result) << messages::message_of(lazy.error);
+  unsigned lazy_requests = node->requests;
+  node->requests = 0;
+  node->case_sources.clear();
+  auto every = optimize(spawn(), {.mode = "auto", .budget = 6, .test_every_candidate = true});
+  ASSERT_TRUE(every.result) << messages::message_of(every.error);
+  auto r = every.r();
+  expect_cases_only_when_faster(r, std::vector<double>(r.getVertices().size(), 0.0), *node);
+  ASSERT_EQ(r.getVertices().size(), lazy.r().getVertices().size());
+  for (unsigned k = 0; k < r.getVertices().size(); ++k) {
+    EXPECT_FALSE(r.getVertices()[k].getCasesSkipped());
+    EXPECT_EQ(std::string(r.getVertices()[k].getCandidate().getSource().cStr()),
+              std::string(lazy.r().getVertices()[k].getCandidate().getSource().cStr()))
+      << k;
+  }
+  EXPECT_EQ(r.getBest(), lazy.r().getBest());
+  EXPECT_GT(node->requests, lazy_requests);
+}
+
+// A candidate faster than the best whose tester's cases fail is not correct and goes to the
+// debugger, as before; so does the first candidate (no best yet: every case). A slower one
+// failing the same cases is accepted on the node's test alone (the price of the skip, paid
+// only by a kernel that cannot become the result): the search is the one it was.
+TEST_F(AutoSupervisor, FailingCasesOfAFasterCandidateGoToTheDebugger) {
+  search_settings s{.mode = "auto", .budget = 8, .max_repairs = 1};
+  auto first = optimize(spawn(), s);
+  ASSERT_TRUE(first.result) << messages::message_of(first.error);
+  int faster = -1, slower = -1;
+  for (unsigned k = 1; k < first.r().getVertices().size(); ++k) {
+    auto v = first.r().getVertices()[k];
+    if (!v.getCasesSkipped() && faster < 0)
+      faster = static_cast<int>(k);
+    if (v.getCasesSkipped() && slower < 0)
+      slower = static_cast<int>(k);
+  }
+  ASSERT_GT(faster, 0);
+  ASSERT_GT(slower, 0);
+  auto source = [&](int k) {
+    return std::string(
+      first.r().getVertices()[static_cast<unsigned>(k)].getCandidate().getSource().cStr());
+  };
+  for (int k : {0, faster}) {
+    SCOPED_TRACE(k);
+    node->failing_cases = {source(k)};
+    auto o = optimize(spawn(), s);
+    ASSERT_TRUE(o.result) << messages::message_of(o.error);
+    auto v = o.r().getVertices()[static_cast<unsigned>(k)];
+    ASSERT_GE(v.getAttemptFailures().size(), 1u);
+    EXPECT_EQ(std::string(v.getAttemptFailures()[0].cStr()), "mismatch");
+    // the debugger was asked: it repaired the kernel, or gave up
+    std::string verdict = v.getVerdict().cStr();
+    EXPECT_TRUE(v.getRepairs() == 1u || verdict.find("debugger") != std::string::npos)
+      << verdict;
+    EXPECT_FALSE(v.getCasesSkipped());
+    EXPECT_NE(o.r().getBest(), k) << "a kernel that failed its cases is the best";
+  }
+  node->failing_cases = {source(slower)};
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  EXPECT_TRUE(o.r().getVertices()[static_cast<unsigned>(slower)].getCasesSkipped());
+  EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(first.r()));
 }

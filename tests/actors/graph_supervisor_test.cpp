@@ -70,11 +70,17 @@ TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
     }
     for (auto& [round, children] : now)
       pending_by_round.emplace(round, children);  // the first sight of each round's children
-    // the held requests are about the pending children, and each pending child is asked
+    // the held requests are about pending children, and each pending child was asked (a
+    // child slower than the round's bar takes no tester's cases: it may be in already)
     std::set<std::string> asked;
     for (size_t i = node->sources.size() - node->held.size(); i < node->sources.size(); ++i)
       asked.insert(node->sources[i]);
-    EXPECT_EQ(asked, pending) << "snapshot " << snapshots;
+    for (auto& a : asked)
+      EXPECT_TRUE(pending.count(a)) << "snapshot " << snapshots << ": asked about a kernel "
+                                    << "that is not a pending child";
+    std::set<std::string> ever(node->sources.begin(), node->sources.end());
+    for (auto& p : pending)
+      EXPECT_TRUE(ever.count(p)) << "snapshot " << snapshots << ": a pending child not asked";
     env.self->send(node_actor, release_atom::value);
   }
   auto o = answer();
@@ -217,4 +223,42 @@ TEST_F(GraphSupervisor, AResumedSearchFinishesTheRoundItWasKilledIn) {
   EXPECT_TRUE(again == in_flight);
   EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(whole.r()));
   EXPECT_EQ(o.r().getBest(), whole.r().getBest());
+}
+
+// The tester's cases in a round go only to children faster than the best when the round
+// started (the bar is fixed before dispatch): the first round (no best) runs them all, and
+// the skipped children are the same whatever order the node answers in.
+TEST_F(GraphSupervisor, OnlyChildrenFasterThanTheRoundsStartGetTheTestersCases) {
+  for (auto order : {answer_order::forward, answer_order::reversed}) {
+    SCOPED_TRACE(order == answer_order::forward ? "forward" : "reversed");
+    node->order = order;
+    node->case_sources.clear();
+    node->requests = 0;
+    auto o = optimize(spawn(), {.mode = "graph", .budget = 10});
+    ASSERT_TRUE(o.result) << messages::message_of(o.error);
+    auto r = o.r();
+    // A vertex's bar: the best among the vertices of earlier rounds (indices before its
+    // round's first).
+    std::map<unsigned, unsigned> first_of_round;
+    for (auto v : r.getVertices())
+      first_of_round.emplace(v.getRound(), v.getIndex());
+    std::vector<double> bars;
+    for (auto v : r.getVertices())
+      bars.push_back(best_time_before(r, first_of_round[v.getRound()]));
+    for (auto v : r.getVertices())
+      if (v.getRound() == r.getVertices()[0].getRound())
+        EXPECT_FALSE(v.getCasesSkipped()) << v.getIndex();
+    EXPECT_GT(expect_cases_only_when_faster(r, bars, *node), 0u);
+    EXPECT_EQ(node->requests, evaluations_of(r));
+  }
+}
+
+// --test-every-candidate: every child of every round gets the cases.
+TEST_F(GraphSupervisor, TestEveryCandidateRunsTheCasesForEachChild) {
+  auto o = optimize(spawn(), {.mode = "graph", .budget = 10, .test_every_candidate = true});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  EXPECT_EQ(expect_cases_only_when_faster(r, std::vector<double>(r.getVertices().size(), 0.0),
+                                          *node),
+            0u);
 }

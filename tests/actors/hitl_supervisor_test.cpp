@@ -719,3 +719,25 @@ TEST_F(HitlSupervisor, RefusesASecondSearchAndMalformedRequests) {
   EXPECT_EQ(op->proposals.size(), 1u);
   to_stop.push_back(caf::actor_cast<caf::actor>(idle));
 }
+
+// The tester's cases only for a proposal faster than the best accepted when its step started
+// (a rejected kernel sets no bar, however fast); the operator reads why in the proposal's
+// verdict.
+TEST_F(HitlSupervisor, OnlyAProposalFasterThanTheBestAcceptedGetsTheTestersCases) {
+  script({approve(), decision(DecisionKind::REJECT, "not this one"), approve(), approve(),
+          approve(), approve(), approve(), decision(DecisionKind::STOP)});
+  auto o = optimize(spawn(), hitl());
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  std::vector<double> bars;
+  for (unsigned k = 0; k < r.getVertices().size(); ++k)
+    bars.push_back(best_time_before(r, k));
+  EXPECT_GT(expect_cases_only_when_faster(r, bars, *node), 0u);
+  ASSERT_EQ(op->proposals.size(), r.getVertices().size());
+  for (unsigned k = 0; k < r.getVertices().size(); ++k) {
+    auto p = op->proposal(k).getVertex();
+    EXPECT_EQ(p.getCasesSkipped(), r.getVertices()[k].getCasesSkipped()) << k;
+    EXPECT_EQ(text(p.getVerdict()), text(r.getVertices()[k].getVerdict())) << k;
+  }
+  EXPECT_EQ(node->requests, evaluations_of(r));
+}

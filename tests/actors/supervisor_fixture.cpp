@@ -45,7 +45,11 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
     book.failing.insert(source);
   book.sources.push_back(source);
   ++book.requests;
+  bool is_case = req.getOptions().getSeeds().size() > 0;
+  if (is_case)
+    book.case_sources.push_back(source);
   bool fails = book.failing.count(source) > 0;
+  bool fails_case = is_case && book.failing_cases.count(source) > 0;
   capnp::MallocMessageBuilder msg;
   auto r = msg.initRoot<schema::EvalResult>();
   r.setSchemaVersion(schema::SCHEMA_VERSION);
@@ -66,13 +70,18 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
                          "limit");
     return messages::make_payload<schema::EvalResult>(msg);
   }
-  r.setCorrect(true);
+  if (fails_case) {
+    phases[2].setStatus(schema::Status::FAILED);
+    phases[2].setErrorClass(schema::ErrorClass::MISMATCH);
+    phases[2].setMessage("configuration 0, seed 5: 3 of 524288 elements beyond tolerance");
+  }
+  r.setCorrect(!fails_case);
   auto tc = r.initTest().initCases(1)[0];
   tc.setKind("fresh");
-  tc.setPassed(true);
+  tc.setPassed(!fails_case);
   tc.setOutput(0);
-  tc.setMaxAbsErr(1e-3);
-  tc.setMaxRelErr(1e-3);
+  tc.setMaxAbsErr(fails_case ? 0.5 : 1e-3);
+  tc.setMaxRelErr(fails_case ? 0.5 : 1e-3);
   tc.setInputShapes("(4,256,512) bfloat16, (512,) bfloat16");
   double t = modeled_time_us(source);
   auto p = r.initProfile();
@@ -339,6 +348,7 @@ payload supervisor_fixture::optimize_request(const search_settings& s) {
   st.setPolicy(s.policy);
   st.setOperatorTimeoutSeconds(s.operator_timeout_s);
   st.setOnTimeout(s.on_timeout);
+  st.setTestEveryCandidate(s.test_every_candidate);
   return messages::make_payload<schema::OptimizeRequest>(msg);
 }
 
@@ -368,6 +378,55 @@ outcome supervisor_fixture::answer() {
     },
     [&](caf::error& e) { o.error = std::move(e); });
   return o;
+}
+
+double best_time_before(schema::OptimizeResult::Reader r, unsigned k) {
+  double best = 0;
+  for (unsigned i = 0; i < k && i < r.getVertices().size(); ++i) {
+    auto v = r.getVertices()[i];
+    bool accepted = v.getDecision().size() == 0 || v.getDecision() == "approved";
+    if (v.getState() == schema::VertexState::EVALUATED && v.getCorrect() && accepted &&
+        v.getTimeUs() > 0 && (best == 0 || v.getTimeUs() < best))
+      best = v.getTimeUs();
+  }
+  return best;
+}
+
+unsigned expect_cases_only_when_faster(schema::OptimizeResult::Reader r,
+                                       const std::vector<double>& bars, const node_book& book) {
+  unsigned skipped = 0;
+  std::set<std::string> cased(book.case_sources.begin(), book.case_sources.end());
+  EXPECT_EQ(bars.size(), r.getVertices().size());
+  for (unsigned k = 0; k < r.getVertices().size() && k < bars.size(); ++k) {
+    auto v = r.getVertices()[k];
+    SCOPED_TRACE(::testing::Message() << "vertex " << k << " at " << v.getTimeUs()
+                                      << " us, bar " << bars[k] << " us");
+    std::string source = v.getCandidate().getSource().cStr();
+    std::string verdict = v.getVerdict().cStr();
+    if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect()) {
+      EXPECT_FALSE(v.getCasesSkipped());
+      continue;
+    }
+    bool faster = bars[k] == 0 || v.getTimeUs() < bars[k];
+    EXPECT_EQ(v.getCasesSkipped(), !faster) << verdict;
+    if (faster) {
+      EXPECT_GT(v.getEvaluations(), 1u);
+      EXPECT_TRUE(cased.count(source)) << "a faster candidate's cases were not run";
+      EXPECT_EQ(verdict.find("skipped"), std::string::npos) << verdict;
+      continue;
+    }
+    ++skipped;
+    EXPECT_EQ(v.getEvaluations(), 1u + v.getRepairs());
+    EXPECT_FALSE(cased.count(source)) << "a slower candidate was sent as a tester's case";
+    EXPECT_NE(verdict.find("the tester's cases skipped"), std::string::npos) << verdict;
+    EXPECT_NE(verdict.find("is not faster than the best"), std::string::npos) << verdict;
+    EXPECT_TRUE(v.getHasDiagnosis());  // still profiled: a parent for the next moves
+  }
+  if (r.getBest() >= 0) {
+    EXPECT_FALSE(r.getVertices()[static_cast<unsigned>(r.getBest())].getCasesSkipped())
+      << "the best is a candidate the tester's cases never saw";
+  }
+  return skipped;
 }
 
 std::vector<std::string> vertex_bytes(schema::OptimizeResult::Reader r) {

@@ -4,7 +4,8 @@
 // reference), and two stand-ins for what cannot be reached here:
 // - the TPU node: answers each EvalRequest with an EvalResult (lowered, tested correct, a
 //   modeled Profile whose time follows from the kernel's params, so that moves change it),
-//   can fail chosen kernels at lowering (vmemOom) and hold its answers to release them in an
+//   can fail chosen kernels at lowering (vmemOom) or in the tester's cases only (mismatch),
+//   and hold its answers to release them in an
 //   order the test picks; it counts what it was asked;
 // - the operator (hitl): answers each Proposal with the next scripted Decision, or holds it;
 //   records the Proposals and notices it got.
@@ -58,6 +59,10 @@ struct node_book {
   std::vector<std::string> sources;    // the source of each, in arrival order
   std::set<std::string> failing;       // kernels answered with a lowering failure (vmemOom)
   bool fail_first = false;             // the first kernel it is asked about joins `failing`
+  std::set<std::string> failing_cases; // kernels that pass the node's test but fail the
+                                       // tester's cases (mismatch)
+  std::vector<std::string> case_sources;  // the source of each tester case (a request with
+                                          // seeds), in arrival order
   answer_order order = answer_order::at_once;  // forward/reversed: held until released
   std::map<unsigned, messages::error_code> errors;  // request n (from 1) answered with an error
   std::vector<std::pair<caf::typed_response_promise<payload>, payload>> held;
@@ -140,6 +145,7 @@ struct search_settings {
   uint64_t seed = 7;
   std::string graph_path;
   bool resume = false;
+  bool test_every_candidate = false;
 };
 
 struct outcome {
@@ -176,6 +182,17 @@ protected:
   messages::operator_actor operator_actor;
   std::vector<caf::actor> to_stop;
 };
+
+// The best correct time (accepted: no hitl decision, or approved) among vertices 0..k-1; 0
+// when none: the bar of the tester's cases for a step whose first vertex is k.
+double best_time_before(schema::OptimizeResult::Reader r, unsigned k);
+
+// The tester's cases went to a correct vertex exactly when its time was faster than its
+// step's bar (bars[k]; 0: none, every case): the others are correct on the node's test alone,
+// took one evaluation, say so in their verdict and were never sent as a case; the best is
+// never one of them. Returns how many vertices skipped the cases.
+unsigned expect_cases_only_when_faster(schema::OptimizeResult::Reader r,
+                                       const std::vector<double>& bars, const node_book& book);
 
 // The vertices of a result, each as its bytes (for comparing two searches whole).
 std::vector<std::string> vertex_bytes(schema::OptimizeResult::Reader r);
