@@ -31,6 +31,8 @@ struct optimize_options {
   unsigned branching = 3;        // graph: children per vertex
   std::string policy = "beam";   // graph: beam | bandit
   unsigned max_repairs = 3;
+  bool test_every_candidate = false;  // the tester's cases also for candidates not faster
+                                      // than the best (SearchSettings.testEveryCandidate)
   uint64_t seed = 0;
   std::string out;               // directory ("" = none)
   std::string state_dir;

@@ -35,6 +35,7 @@ int prepare_search(node_session& session, schema::KernelSpec::Reader spec,
   s.setBudgetEvals(opts.budget_evals);
   s.setBudgetSeconds(opts.budget_seconds);
   s.setMaxRepairs(opts.max_repairs);
+  s.setTestEveryCandidate(opts.test_every_candidate);
   s.setPatience(opts.patience);
   s.setTargetRoofline(opts.target_roofline);
   s.setBeamWidth(opts.beam_width);
