@@ -20,6 +20,8 @@ template_ptr make_matmul_template();
 template_ptr make_rowwise_template();
 template_ptr make_flash_attention_template();
 template_ptr make_paged_attention_template();
+template_ptr make_ragged_paged_attention_template();
+template_ptr make_rope_projection_template();
 template_ptr make_einsum_core_template();
 
 const std::vector<template_ptr>& all_templates() {
@@ -39,6 +41,8 @@ const std::vector<template_ptr>& all_templates() {
     t.push_back(make_rowwise_template());
     t.push_back(make_flash_attention_template());
     t.push_back(make_paged_attention_template());
+    t.push_back(make_ragged_paged_attention_template());
+    t.push_back(make_rope_projection_template());
     t.push_back(make_einsum_core_template());
     return t;
   }();

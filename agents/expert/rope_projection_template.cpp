@@ -1,0 +1,463 @@
+// Template "rope_projection": projections x @ W followed by rotary position embedding in the
+// rotate-half layout (q = RoPE(x W_q), k = RoPE(x W_k)), the rotation fused as the GEMM's
+// epilogue (agents/expert/templates/rope_projection.py).
+// Recognised per graph output, by the dataflow: out = cast(y * C + R * S) (either order of
+// the sum and of each product) where y is a dot_general of two graph inputs (x contracting
+// its last dim, W its first; no batch dims; y's last dim the head dim D), R swaps y's halves
+// along D with a sign per half (concatenate of the split or sliced halves, second first,
+// each optionally negated), and C, S are values that do not depend on y and do not vary
+// along W's head dims (the cos / sin tables, whatever computes them). C and S are replayed
+// from the graph outside the kernel (moe::build_replay, shape-generic). Refused otherwise.
+#include "agents/expert/dim_symbols.hpp"
+#include "agents/expert/graph_view.hpp"
+#include "agents/expert/kernel_template.hpp"
+#include "agents/expert/replay_program.hpp"
+#include "agents/expert/template_text.hpp"
+#include "agents/expert/workload_args.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+namespace maxkernel::agents::expert {
+
+namespace {
+
+using json = nlohmann::json;
+
+value_ref node_value(int id, int result = 0) {
+  value_ref v;
+  v.what = value_ref::kind::node;
+  v.id = id;
+  v.result = result;
+  return v;
+}
+
+bool same_value(const value_ref& a, const value_ref& b) {
+  return a.what == b.what && a.id == b.id && (a.what != value_ref::kind::node || a.result <= 0 || b.result <= 0 || a.result == b.result);
+}
+
+value_ref skip_converts(const graph_view& g, value_ref v) {
+  while (v.is_node() && g.primitive(v.id) == "convert_element_type")
+    v = g.operand(v.id, 0);
+  return v;
+}
+
+bool depends_on(const graph_view& g, const value_ref& v, int target) {
+  if (!v.is_node())
+    return false;
+  std::vector<int> stack{v.id};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (id == target)
+      return true;
+    if (!seen.insert(id).second || id < target)
+      continue;
+    for (unsigned k = 0; k < g.operand_count(id); ++k)
+      if (auto o = g.operand(id, k); o.is_node())
+        stack.push_back(o.id);
+  }
+  return false;
+}
+
+std::vector<int> ints_of(const json& j) {
+  std::vector<int> out;
+  if (j.is_array())
+    for (const auto& x : j)
+      if (x.is_number_integer())
+        out.push_back(x.get<int>());
+  return out;
+}
+
+// One projection with its rotation.
+struct rope_output {
+  int out_node = -1;          // the graph output's node
+  int dot = -1;
+  int x = -1, w = -1;         // graph inputs
+  value_ref y;                // the projection as the rotation reads it
+  value_ref cos_t, sin_t;     // the tables (before broadcasting to the heads)
+  std::vector<int> cos_dims, sin_dims;  // broadcast_dimensions into the output's rank (empty: same rank)
+  double sign_first = -1, sign_second = 1;
+  std::string dot_dtype, acc_round, out_dtype;
+};
+
+// The half of y along its last axis that `v` is: 0 first, 1 second, -1 neither.
+int half_of(const graph_view& g, value_ref v, const value_ref& y, int64_t d) {
+  if (!v.is_node())
+    return -1;
+  auto p = g.primitive(v.id);
+  int last = static_cast<int>(g.shape(y).size()) - 1;
+  if (p == "split") {
+    const auto& params = g.params(v.id);
+    auto sizes = ints_of(params.value("sizes", json()));
+    if (params.value("axis", -1) != last || sizes.size() != 2 || sizes[0] * 2 != d ||
+        !same_value(g.operand(v.id, 0), y))
+      return -1;
+    return v.result;
+  }
+  if (p == "slice") {
+    const auto& params = g.params(v.id);
+    auto start = ints_of(params.value("start_indices", json()));
+    auto limit = ints_of(params.value("limit_indices", json()));
+    auto shape = g.shape(y);
+    if (!same_value(g.operand(v.id, 0), y) || start.size() != shape.size())
+      return -1;
+    for (int a = 0; a < last; ++a)
+      if (start[a] != 0 || limit[a] != shape[a])
+        return -1;
+    auto strides = ints_of(params.value("strides", json()));
+    for (int s : strides)
+      if (s != 1)
+        return -1;
+    if (start[last] == 0 && limit[last] * 2 == d)
+      return 0;
+    if (start[last] * 2 == d && limit[last] == d)
+      return 1;
+  }
+  return -1;
+}
+
+// A half, possibly negated: (half, sign).
+std::pair<int, double> signed_half(const graph_view& g, value_ref v, const value_ref& y, int64_t d) {
+  double sign = 1;
+  while (v.is_node()) {
+    auto p = g.primitive(v.id);
+    if (p == "neg") {
+      sign = -sign;
+      v = g.operand(v.id, 0);
+    } else if (p == "mul" && g.operand_count(v.id) == 2) {
+      auto a = g.operand(v.id, 0), b = g.operand(v.id, 1);
+      auto lit = b.is_literal() ? b.literal : a.is_literal() ? a.literal : std::string();
+      auto j = json::parse(lit, nullptr, false);
+      if (!j.is_number() || std::abs(std::abs(j.get<double>()) - 1.0) > 0)
+        break;
+      sign *= j.get<double>();
+      v = b.is_literal() ? a : b;
+    } else {
+      break;
+    }
+  }
+  return {half_of(g, v, y, d), sign};
+}
+
+// R = concatenate([±second half, ±first half]) of y along the last axis.
+bool read_swap(const graph_view& g, value_ref r, const value_ref& y, int64_t d, rope_output& o) {
+  if (!r.is_node() || g.primitive(r.id) != "concatenate" || g.operand_count(r.id) != 2)
+    return false;
+  int last = static_cast<int>(g.shape(y).size()) - 1;
+  if (g.params(r.id).value("dimension", -1) != last)
+    return false;
+  auto [h0, s0] = signed_half(g, g.operand(r.id, 0), y, d);
+  auto [h1, s1] = signed_half(g, g.operand(r.id, 1), y, d);
+  if (h0 != 1 || h1 != 0)
+    return false;
+  o.sign_first = s0;
+  o.sign_second = s1;
+  return true;
+}
+
+// A table: independent of the projection, constant along the head dims. Strips a
+// broadcast_in_dim into the output's shape (recording its dims).
+bool read_table(const graph_view& g, value_ref t, const rope_output& o, size_t heads_lo,
+                size_t heads_hi, value_ref& table, std::vector<int>& dims) {
+  if (depends_on(g, t, o.dot))
+    return false;
+  dims.clear();
+  auto out_shape = g.shape(node_value(o.out_node));
+  if (t.is_node() && g.primitive(t.id) == "broadcast_in_dim") {
+    auto bd = ints_of(g.params(t.id).value("broadcast_dimensions", json()));
+    auto inner = g.operand(t.id, 0);
+    auto ishape = g.shape(inner);
+    if (bd.size() != ishape.size())
+      return false;
+    std::vector<int64_t> expanded(out_shape.size(), 1);
+    for (size_t i = 0; i < bd.size(); ++i)
+      expanded[static_cast<size_t>(bd[i])] = ishape[i];
+    for (size_t a = heads_lo; a < heads_hi; ++a)
+      if (expanded[a] != 1)
+        return false;
+    dims = bd;
+    table = inner;
+    return true;
+  }
+  auto shape = g.shape(t);
+  if (shape.size() != out_shape.size())
+    return false;
+  for (size_t a = heads_lo; a < heads_hi; ++a)
+    if (shape[a] != 1)
+      return false;
+  table = t;
+  return true;
+}
+
+bool match_output(const graph_view& g, value_ref out, rope_output& o, std::string& why) {
+  if (!out.is_node()) {
+    why = "an output that is not computed";
+    return false;
+  }
+  o.out_node = out.id;
+  o.out_dtype = g.dtype(out);
+  auto v = skip_converts(g, out);
+  if (!v.is_node() || (g.primitive(v.id) != "add" && g.primitive(v.id) != "add_any")) {
+    why = "an output that is not a sum of two products";
+    return false;
+  }
+  auto out_shape = g.shape(out);
+  for (int order = 0; order < 2; ++order) {
+    auto a = g.operand(v.id, static_cast<unsigned>(order));
+    auto b = g.operand(v.id, static_cast<unsigned>(1 - order));
+    if (!a.is_node() || !b.is_node() || g.primitive(a.id) != "mul" || g.primitive(b.id) != "mul")
+      continue;
+    for (int ya = 0; ya < 2; ++ya) {
+      auto y = g.operand(a.id, static_cast<unsigned>(ya));
+      auto c = g.operand(a.id, static_cast<unsigned>(1 - ya));
+      auto dot = skip_converts(g, y);
+      if (!dot.is_node() || g.primitive(dot.id) != "dot_general" || g.shape(y) != out_shape)
+        continue;
+      const auto& p = g.params(dot.id);
+      auto x = skip_converts(g, g.operand(dot.id, 0));
+      auto w = skip_converts(g, g.operand(dot.id, 1));
+      if (!x.is_input() || !w.is_input())
+        continue;
+      auto xs = g.shape(x), ws = g.shape(w);
+      if (xs.size() < 2 || ws.size() < 2 ||
+          ints_of(p.value("lhs_contracting", json())) != std::vector<int>{static_cast<int>(xs.size()) - 1} ||
+          ints_of(p.value("rhs_contracting", json())) != std::vector<int>{0} ||
+          !ints_of(p.value("lhs_batch", json())).empty() || !ints_of(p.value("rhs_batch", json())).empty())
+        continue;
+      int64_t d = ws.back();
+      if (d % 2 != 0)
+        continue;
+      o.dot = dot.id;
+      o.x = x.id;
+      o.w = w.id;
+      o.y = y;
+      for (int rb = 0; rb < 2; ++rb) {
+        auto r = g.operand(b.id, static_cast<unsigned>(rb));
+        auto s = g.operand(b.id, static_cast<unsigned>(1 - rb));
+        if (!read_swap(g, r, y, d, o))
+          continue;
+        size_t heads_lo = xs.size() - 1, heads_hi = out_shape.size() - 1;
+        if (!read_table(g, c, o, heads_lo, heads_hi, o.cos_t, o.cos_dims) ||
+            !read_table(g, s, o, heads_lo, heads_hi, o.sin_t, o.sin_dims))
+          continue;
+        o.dot_dtype = g.dtype(g.operand(dot.id, 0));
+        auto dot_out = g.dtype(dot);
+        o.acc_round = dot_out == "float32" ? "" : dot_out;
+        return true;
+      }
+    }
+  }
+  why = "not y * cos + swap_halves(y) * sin of a projection";
+  return false;
+}
+
+int64_t fit(int64_t request, int64_t dim, int64_t align) {
+  request = std::max<int64_t>(1, request);
+  if (dim <= request)
+    return dim;
+  for (int64_t b = request / align * align; b >= align; b -= align)
+    if (dim % b == 0)
+      return b;
+  return dim;
+}
+
+class rope_projection_template final : public kernel_template {
+public:
+  std::string name() const override { return "rope_projection"; }
+
+  std::string covers() const override {
+    return "projections x @ W followed by rotary position embedding (rotate-half), the rotation "
+           "fused as the GEMM's epilogue with cos / sin tables replayed from the reference";
+  }
+
+  std::optional<template_match> match(const graph_view& g,
+                                      schema::KernelSpec::Reader spec) const override {
+    if (g.output_count() == 0)
+      return std::nullopt;
+    std::vector<rope_output> outs;
+    std::string why;
+    for (unsigned k = 0; k < g.output_count(); ++k) {
+      rope_output o;
+      if (!match_output(g, g.output(k), o, why))
+        return std::nullopt;
+      outs.push_back(o);
+    }
+    auto args = moe::make_workload_args(spec);
+    if (args.graph_inputs.size() != g.input_count())
+      return std::nullopt;
+    moe::dim_symbols dims(g, args.graph_inputs);
+    dims.set_size_names(args.dim_names, args.reduced_by_value);
+    moe::replay_request req;
+    req.inputs = args.graph_inputs;
+    std::vector<std::string> calls;
+    for (size_t k = 0; k < outs.size(); ++k)
+      for (auto t : {outs[k].cos_t, outs[k].sin_t})
+        if (t.is_node())
+          req.outputs.push_back(t);
+    moe::replay_code tables;
+    if (!req.outputs.empty() && !moe::build_replay(g, dims, req, tables, why))
+      return std::nullopt;
+    auto table_expr = [&](const value_ref& t, const std::vector<int>& bd, size_t rank) {
+      std::string e;
+      if (t.is_input()) {
+        e = args.graph_inputs[static_cast<size_t>(t.id)];
+      } else if (t.is_literal()) {
+        e = "jnp.float32(" + t.literal + ")";
+      } else {
+        auto it = std::find_if(req.outputs.begin(), req.outputs.end(),
+                               [&](const value_ref& v) { return v.id == t.id && v.what == t.what; });
+        e = tables.outputs[static_cast<size_t>(it - req.outputs.begin())];
+      }
+      if (bd.empty())
+        return e;
+      // the table's dims placed at their broadcast positions, 1 elsewhere
+      std::string shape = "(";
+      for (size_t a = 0; a < rank; ++a) {
+        auto pos = std::find(bd.begin(), bd.end(), static_cast<int>(a));
+        shape += pos == bd.end() ? std::string("1")
+                                 : fmt::format("{}.shape[{}]", e, pos - bd.begin());
+        shape += ", ";
+      }
+      return fmt::format("jnp.reshape({}, {}))", e, shape);
+    };
+    std::string body = tables.code(4);
+    std::string result;
+    json projections = json::array();
+    int64_t total_n = 0, m_rows = 1, e_dim = 0, d_dim = 0;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const auto& o = outs[k];
+      size_t rank = g.shape(node_value(o.out_node)).size();
+      auto xs = g.shape(value_ref{value_ref::kind::input, o.x, "", -1});
+      auto ws = g.shape(value_ref{value_ref::kind::input, o.w, "", -1});
+      int64_t n = 1;
+      for (size_t a = 1; a < ws.size(); ++a)
+        n *= ws[a];
+      m_rows = 1;
+      for (size_t a = 0; a + 1 < xs.size(); ++a)
+        m_rows *= xs[a];
+      e_dim = xs.back();
+      d_dim = ws.back();
+      total_n += n;
+      body += fmt::format(
+          "    o{} = _rope_mm({}, {}, {}, {}, signs=({:.1f}, {:.1f}), dot_dtype=\"{}\", "
+          "acc_round=\"{}\", out_dtype=\"{}\")\n",
+          k, args.graph_inputs[static_cast<size_t>(o.x)], args.graph_inputs[static_cast<size_t>(o.w)],
+          table_expr(o.cos_t, o.cos_dims, rank), table_expr(o.sin_t, o.sin_dims, rank),
+          o.sign_first, o.sign_second, o.dot_dtype, o.acc_round, o.out_dtype);
+      result += fmt::format("o{}, ", k);
+      projections.push_back({{"m", m_rows}, {"n", n}, {"k", e_dim}, {"d", d_dim}});
+    }
+    template_match m;
+    m.family = name();
+    m.summary = fmt::format("{} projection(s) with rotate-half RoPE: {} rows x {} in, {} columns "
+                            "in all, head dim {}",
+                            outs.size(), m_rows, e_dim, total_n, d_dim);
+    m.facts = {{"projections", projections},
+               {"rows", m_rows},
+               {"k", e_dim},
+               {"head_dim", d_dim},
+               {"itemsize", outs[0].dot_dtype == "float32" ? 4 : 2}};
+    m.facts["generated"] = "def workload(" + args.signature() + "):\n" + body + "    return " +
+                           (outs.size() == 1 ? "o0" : "(" + result + ")") + "\n";
+    m.score = 2.5;
+    return m;
+  }
+
+  json initial_params(const template_match& m, const config::chip& chip) const override {
+    int64_t d = m.facts.value("head_dim", 128);
+    int64_t n_max = 0;
+    for (const auto& p : m.facts["projections"])
+      n_max = std::max<int64_t>(n_max, p.value("n", 0));
+    json params = {{"block_m", 512},
+                   {"block_n", std::min<int64_t>(n_max, std::max<int64_t>(d, 1024))},
+                   {"block_k", 1024},
+                   {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
+    auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes * 0.6);
+    while (vmem_bytes(m, params) > budget && params["block_k"].get<int64_t>() > 128)
+      params["block_k"] = params["block_k"].get<int64_t>() / 2;
+    while (vmem_bytes(m, params) > budget && params["block_m"].get<int64_t>() > 64)
+      params["block_m"] = params["block_m"].get<int64_t>() / 2;
+    return params;
+  }
+
+  std::vector<tunable> tunables(const template_match& m) const override {
+    int64_t d = m.facts.value("head_dim", 128);
+    int64_t n_max = 0;
+    for (const auto& p : m.facts["projections"])
+      n_max = std::max<int64_t>(n_max, p.value("n", 0));
+    std::vector<tunable> t;
+    tunable bm;
+    bm.name = "block_m";
+    bm.extent = m.facts.value("rows", 1);
+    bm.align = m.facts.value("itemsize", 2) == 4 ? 8 : 16;
+    bm.grid_axis = 0;
+    bm.meaning = "rows (tokens) per block";
+    t.push_back(bm);
+    tunable bn;
+    bn.name = "block_n";
+    bn.extent = n_max;
+    bn.align = d * 128 / std::gcd<int64_t>(d, 128);
+    bn.grid_axis = 1;
+    bn.meaning = "output columns per block (whole heads)";
+    t.push_back(bn);
+    tunable bk;
+    bk.name = "block_k";
+    bk.extent = m.facts.value("k", 1);
+    bk.align = 128;
+    bk.grid_axis = 2;
+    bk.reduction = true;
+    bk.meaning = "contraction per step";
+    t.push_back(bk);
+    tunable vl;
+    vl.name = "vmem_limit_bytes";
+    vl.what = tunable::kind::choice;
+    for (int64_t mib : {16, 32, 48, 64, 96})
+      vl.choices.push_back(mib * 1024 * 1024);
+    vl.meaning = "scoped VMEM limit of the kernel";
+    t.push_back(vl);
+    return t;
+  }
+
+  int64_t vmem_bytes(const template_match& m, const json& params) const override {
+    int64_t it = m.facts.value("itemsize", 2), d = m.facts.value("head_dim", 128);
+    int64_t rows = m.facts.value("rows", 1), kd = m.facts.value("k", 1);
+    int64_t most = 0;
+    for (const auto& p : m.facts["projections"]) {
+      int64_t bm = fit(params.value("block_m", 512), rows, 8);
+      int64_t bn = fit(params.value("block_n", 1024), p.value("n", 1), 128);
+      int64_t bk = fit(params.value("block_k", 1024), kd, 128);
+      int64_t bytes = 2 * (bm * bk * it + bk * bn * it + bm * bn * it + 2 * bm * d * 4) + bm * bn * 4;
+      most = std::max(most, bytes);
+    }
+    return most;
+  }
+
+  bool render(const template_match& m, const json& params, std::string& source,
+              std::string& error) const override {
+    std::map<std::string, std::string> values = {{"summary", m.summary}, {"params", params.dump()}};
+    for (const char* key : {"block_m", "block_n", "block_k", "vmem_limit_bytes"}) {
+      if (!params.contains(key) || !params[key].is_number_integer() || params[key].get<int64_t>() <= 0) {
+        error = fmt::format("rope_projection: parameter {} must be a positive integer", key);
+        return false;
+      }
+      values[key] = std::to_string(params[key].get<int64_t>());
+    }
+    values["replay_prelude"] = moe::replay_prelude();
+    values["generated"] = m.facts.value("generated", std::string());
+    return fill_template("rope_projection.py", values, source, error);
+  }
+};
+
+}  // namespace
+
+template_ptr make_rope_projection_template() {
+  return std::make_shared<rope_projection_template>();
+}
+
+}  // namespace maxkernel::agents::expert
