@@ -58,6 +58,7 @@ using store_ctx_ptr =
 // Thrown inside this file only; the public functions turn it into their error.
 struct credential_error {
   std::string message;
+  bool filesystem = false;  // the directory or a file, not the cryptography
 };
 
 // The OpenSSL error queue as text (and emptied), for messages.
@@ -216,7 +217,7 @@ void write_file(const fs::path& path, const std::string& content, mode_t mode, b
   int fd = ::open(path.c_str(), flags, mode);
   if (fd < 0)
     throw credential_error{
-      fmt::format("cannot write {}: {}", path.string(), std::strerror(errno))};
+      fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)), true};
   bool ok = ::fchmod(fd, mode) == 0;
   size_t done = 0;
   while (ok && done < content.size()) {
@@ -232,7 +233,8 @@ void write_file(const fs::path& path, const std::string& content, mode_t mode, b
   ok = (::close(fd) == 0) && ok;
   if (!ok)
     throw credential_error{
-      fmt::format("cannot write {}: {}", path.string(), std::strerror(saved ? saved : errno))};
+      fmt::format("cannot write {}: {}", path.string(), std::strerror(saved ? saved : errno)),
+      true};
 }
 
 // ---- Reading ------------------------------------------------------------------------------
@@ -395,14 +397,14 @@ init_result init_cluster_credentials(const std::string& dir_text) {
       fs::create_directories(dir, ec);
       if (ec)
         throw credential_error{
-          fmt::format("cannot create the directory {}: {}", dir.string(), ec.message())};
+          fmt::format("cannot create the directory {}: {}", dir.string(), ec.message()), true};
       fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
     } else if (!fs::is_directory(dir, ec)) {
-      throw credential_error{fmt::format("{} exists and is not a directory", dir.string())};
+      throw credential_error{fmt::format("{} exists and is not a directory", dir.string()), true};
     }
     if (::access(dir.c_str(), W_OK) != 0)
       throw credential_error{
-        fmt::format("cannot write into {}: {}", dir.string(), std::strerror(errno))};
+        fmt::format("cannot write into {}: {}", dir.string(), std::strerror(errno)), true};
 
     std::vector<unsigned char> token(token_bytes);
     if (RAND_bytes(token.data(), static_cast<int>(token.size())) != 1)
@@ -425,7 +427,7 @@ init_result init_cluster_credentials(const std::string& dir_text) {
     OPENSSL_cleanse(token.data(), token.size());
     r.status = init_status::written;
   } catch (const credential_error& e) {
-    r.status = init_status::failed;
+    r.status = e.filesystem ? init_status::unwritable : init_status::failed;
     r.error = e.message;
   }
   return r;

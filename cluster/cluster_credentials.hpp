@@ -45,8 +45,9 @@ inline constexpr const char* key_file_name = "cluster.key";
 
 enum class init_status {
   written,  // all files written
-  exists,   // DIR/token exists: nothing was touched
-  failed,   // DIR cannot be created or written, or OpenSSL failed
+  exists,      // DIR already holds credentials: nothing was touched
+  unwritable,  // DIR cannot be created or written
+  failed,      // OpenSSL failed (an environment error)
 };
 
 struct init_result {

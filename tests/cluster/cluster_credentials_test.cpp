@@ -88,10 +88,10 @@ TEST(ClusterCredentials, InitFailsWhereItCannotWrite) {
   temp_dir t;
   std::ofstream(t.path() / "file") << "x";
   auto r = init_cluster_credentials((t.path() / "file" / "sub").string());
-  EXPECT_EQ(r.status, init_status::failed);
+  EXPECT_EQ(r.status, init_status::unwritable);
   EXPECT_NE(r.error.find("cannot create the directory"), std::string::npos) << r.error;
   auto r2 = init_cluster_credentials((t.path() / "file").string());
-  EXPECT_EQ(r2.status, init_status::failed);
+  EXPECT_EQ(r2.status, init_status::unwritable);
   EXPECT_NE(r2.error.find("not a directory"), std::string::npos) << r2.error;
 }
 
