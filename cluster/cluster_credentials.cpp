@@ -409,10 +409,16 @@ init_result init_cluster_credentials(const std::string& dir_text) {
     std::vector<unsigned char> token(token_bytes);
     if (RAND_bytes(token.data(), static_cast<int>(token.size())) != 1)
       fail_openssl("cannot draw random bytes for the token");
+    // Names unique to this cluster: a peer of another cluster then fails with "unable to get
+    // local issuer certificate" instead of finding its own CA under the same name.
+    unsigned char name_id[4];
+    if (RAND_bytes(name_id, sizeof name_id) != 1)
+      fail_openssl("cannot draw random bytes for the cluster's name");
+    std::string cluster_name = "maxkernel cluster " + to_hex(name_id, sizeof name_id);
     auto ca_key = new_ec_key();
-    auto ca = make_certificate(ca_key.get(), "maxkernel cluster CA", nullptr, ca_key.get(), true);
+    auto ca = make_certificate(ca_key.get(), cluster_name + " CA", nullptr, ca_key.get(), true);
     auto key = new_ec_key();
-    auto cert = make_certificate(key.get(), "maxkernel cluster process", ca.get(), ca_key.get(),
+    auto cert = make_certificate(key.get(), cluster_name + " process", ca.get(), ca_key.get(),
                                  false);
     std::string key_pem = encrypted_key_pem(key.get(), key_passphrase(token));
 

@@ -1,5 +1,7 @@
 #include "cluster/secure_transport.hpp"
 
+#include "cluster/tls_refusal_log.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
@@ -70,6 +72,8 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
   caf::scoped_actor self{sys, true};
   caf::expected<caf::actor> result{caf::sec::runtime_error};
   bool tls = cluster_tls_enabled(sys);
+  if (tls)
+    clear_tls_connect_failure(port);
   self->request(middleman_of(sys), timeout, caf::connect_atom::value, host, port)
     .receive(
       [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
@@ -84,12 +88,15 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
           result = caf::actor_cast<caf::actor>(std::move(ptr));
       },
       [&](caf::error& err) {
-        if (tls && handshake_refused(err))
-          result = caf::make_error(
-            caf::sec::disconnect_during_handshake,
-            fmt::format("{}: the TLS handshake with {}:{} failed (the peer holds another "
-                        "cluster's credentials, refused ours, or speaks no TLS)",
-                        auth_failed_prefix, host, port));
+        if (tls && handshake_refused(err)) {
+          std::string why = last_tls_connect_failure(port);
+          if (why.empty())
+            why = "the peer refused our certificate (another cluster's credentials?) or "
+                  "speaks no TLS";
+          result = caf::make_error(caf::sec::disconnect_during_handshake,
+                                   fmt::format("{}: the TLS handshake with {}:{} failed: {}",
+                                               auth_failed_prefix, host, port, why));
+        }
         else if (err == caf::sec::request_timeout)
           result = caf::make_error(
             caf::sec::request_timeout,

@@ -6,6 +6,7 @@
 //   client key the ZAP handler does not know, or no CURVE at all get nothing.
 #include "cluster/cluster_credentials.hpp"
 #include "cluster/secure_transport.hpp"
+#include "cluster/tls_refusal_log.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -24,6 +25,8 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <thread>
+#include <utility>
 
 namespace maxkernel::cluster::test {
 namespace {
@@ -49,12 +52,17 @@ struct node_config : caf::actor_system_config {
 class SecureTransport : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
+    set_tls_refusal_log([](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mutex_);
+      log_.push_back(line);
+    });
     std::random_device rd;
     root_ = fs::temp_directory_path() / ("mk_transport_" + std::to_string(rd()));
     a_ = make_cluster("a");
     b_ = make_cluster("b");
   }
   static void TearDownTestSuite() {
+    set_tls_refusal_log({});
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
@@ -97,6 +105,22 @@ protected:
     return result;
   }
 
+  // The refused peers logged since the last call.
+  static std::vector<std::string> take_log() {
+    std::this_thread::sleep_for(50ms);  // CAF's multiplexer thread logs asynchronously
+    std::lock_guard<std::mutex> lock(log_mutex_);
+    return std::exchange(log_, {});
+  }
+  static bool logged(const std::vector<std::string>& lines, const std::string& what) {
+    for (const auto& l : lines)
+      if (l.find("refused a peer from 127.0.0.1:") != std::string::npos
+          && l.find(what) != std::string::npos)
+        return true;
+    return false;
+  }
+
+  static inline std::mutex log_mutex_;
+  static inline std::vector<std::string> log_;
   static inline fs::path root_;
   static inline cluster_credentials a_;
   static inline cluster_credentials b_;
@@ -106,9 +130,13 @@ TEST_F(SecureTransport, SameClusterExchangesATypedRequestOverTls) {
   server s;
   ASSERT_NE(s.port, 0);
   EXPECT_TRUE(cluster_tls_enabled(s.sys));
+  take_log();
+  uint64_t refusals = tls_refusals();
   auto sum = ask(s.port, &a_);
   ASSERT_TRUE(sum) << s.sys.render(sum.error());
   EXPECT_EQ(*sum, 5);
+  EXPECT_EQ(tls_refusals(), refusals);
+  EXPECT_TRUE(take_log().empty());
 }
 
 TEST_F(SecureTransport, AnotherClustersCredentialsAreRefused) {
@@ -120,6 +148,12 @@ TEST_F(SecureTransport, AnotherClustersCredentialsAreRefused) {
   EXPECT_NE(s.sys.render(refused.error()).find("authentication failed"), std::string::npos)
     << s.sys.render(refused.error());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);  // refused, not timed out
+  // Our side saw the peer's certificate fail; the server logged the refused peer.
+  EXPECT_NE(s.sys.render(refused.error()).find("certificate is not from this cluster"),
+            std::string::npos)
+    << s.sys.render(refused.error());
+  auto lines = take_log();
+  EXPECT_TRUE(logged(lines, "TLS handshake failed")) << ::testing::PrintToString(lines);
   auto sum = ask(s.port, &a_);  // the publisher still serves its cluster
   ASSERT_TRUE(sum) << s.sys.render(sum.error());
   EXPECT_EQ(*sum, 5);
@@ -127,8 +161,11 @@ TEST_F(SecureTransport, AnotherClustersCredentialsAreRefused) {
 
 TEST_F(SecureTransport, APlainMiddlemanGetsNothing) {
   server s;
+  take_log();
   auto refused = ask(s.port, nullptr);
   EXPECT_FALSE(refused);
+  auto lines = take_log();
+  EXPECT_TRUE(logged(lines, "")) << ::testing::PrintToString(lines);
   auto sum = ask(s.port, &a_);
   ASSERT_TRUE(sum) << s.sys.render(sum.error());
   EXPECT_EQ(*sum, 5);
@@ -174,6 +211,7 @@ TEST_F(SecureTransport, RawBytesGetNothingAndThePublisherSurvives) {
   std::string basp_like("\x00\x00\x00\x00\x00\x00\x00\x40", 8);
   basp_like += std::string(64, 'A');
   for (const std::string& bytes : {garbage, basp_like}) {
+    take_log();
     int fd = tcp_connect(s.port);
     ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     std::string answer = drain(fd);
@@ -183,6 +221,8 @@ TEST_F(SecureTransport, RawBytesGetNothingAndThePublisherSurvives) {
       EXPECT_EQ(static_cast<unsigned char>(answer[0]), 21) << "got " << answer.size() << " bytes";
       EXPECT_LE(answer.size(), 7u);
     }
+    auto lines = take_log();
+    EXPECT_TRUE(logged(lines, "")) << ::testing::PrintToString(lines);
   }
   auto sum = ask(s.port, &a_);
   ASSERT_TRUE(sum) << s.sys.render(sum.error());
@@ -211,6 +251,10 @@ TEST_F(SecureTransport, TlsClientsWithoutTheClustersCertificateGetNothing) {
     int n = connected == 1 ? SSL_read(ssl, buf, sizeof buf) : 0;
     EXPECT_LE(n, 0) << (creds ? "another cluster's certificate" : "no certificate")
                     << " received " << n << " bytes of application data";
+    auto lines = take_log();
+    EXPECT_TRUE(logged(lines, creds ? "its certificate is not from this cluster"
+                                    : "did not return a certificate"))
+      << ::testing::PrintToString(lines);
     SSL_free(ssl);
     ::close(fd);
     SSL_CTX_free(ctx);

@@ -1,0 +1,202 @@
+#include "cluster/tls_refusal_log.hpp"
+
+#include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+namespace maxkernel::cluster {
+
+namespace {
+
+using handshake_fn = int (*)(SSL*);
+
+handshake_fn real(const char* name) {
+  // The definition after ours in lookup order: libssl's.
+  void* f = dlvsym(RTLD_NEXT, name, "OPENSSL_3.0.0");
+  if (!f)
+    f = dlsym(RTLD_NEXT, name);
+  if (!f) {
+    std::cerr << "maxkernel: cannot find OpenSSL's " << name << ": " << dlerror() << "\n";
+    std::abort();
+  }
+  return reinterpret_cast<handshake_fn>(f);
+}
+
+struct peer {
+  std::string address;  // "1.2.3.4:5678", "[::1]:5678" or "unknown"
+  uint16_t port = 0;
+};
+
+peer peer_of(SSL* ssl) {
+  peer p{"unknown", 0};
+  int fd = SSL_get_fd(ssl);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return p;
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    p.port = ntohs(in->sin_port);
+    p.address = fmt::format("{}:{}", host, p.port);
+  } else if (addr.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
+    p.port = ntohs(in->sin6_port);
+    p.address = fmt::format("[{}]:{}", host, p.port);
+  }
+  return p;
+}
+
+// Why the handshake failed, without taking the errors off the queue (CAF reads them next).
+std::string reason_of(SSL* ssl, int error_kind, bool we_verify_peer_as) {
+  long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK)
+    return fmt::format("{} certificate is not from this cluster ({})",
+                       we_verify_peer_as ? "the peer's" : "its",
+                       X509_verify_cert_error_string(verify));
+  unsigned long e = ERR_peek_last_error();
+  if (e != 0) {
+    const char* r = ERR_reason_error_string(e);
+    return fmt::format("TLS handshake failed ({})", r ? r : "unknown reason");
+  }
+  if (error_kind == SSL_ERROR_SYSCALL)
+    return "the connection closed during the TLS handshake";
+  return "TLS handshake failed";
+}
+
+struct state {
+  std::mutex mutex;
+  tls_log_function log;
+  std::map<uint16_t, std::string> connect_failures;
+  std::atomic<uint64_t> refusals{0};
+  // Rate limit: lines in the current second, and the ones left out.
+  std::chrono::steady_clock::time_point window_start;
+  int lines_in_window = 0;
+  uint64_t left_out = 0;
+};
+
+state& shared() {
+  static state s;
+  return s;
+}
+
+void note_refusal(const peer& p, const std::string& reason) {
+  auto& s = shared();
+  s.refusals.fetch_add(1);
+  std::string line;
+  tls_log_function log;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto now = std::chrono::steady_clock::now();
+    if (now - s.window_start >= std::chrono::seconds(1)) {
+      s.window_start = now;
+      s.lines_in_window = 0;
+    }
+    if (++s.lines_in_window > 10) {
+      ++s.left_out;
+      return;
+    }
+    line = fmt::format("node port: refused a peer from {}: {}", p.address, reason);
+    if (s.left_out > 0) {
+      line += fmt::format(" ({} more refused before, not logged)", s.left_out);
+      s.left_out = 0;
+    }
+    log = s.log;
+  }
+  if (log)
+    log(line);
+  else
+    std::cerr << line << '\n';
+}
+
+// CAF calls SSL_accept again on a connection whose handshake failed (its read and its write
+// path each try): a mark on the SSL object reports each connection once.
+int reported_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+// A failure not reported yet for this connection.
+bool failed(SSL* ssl, int ret, int& kind) {
+  if (ret == 1)
+    return false;
+  kind = SSL_get_error(ssl, ret);
+  if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE)
+    return false;
+  if (SSL_get_ex_data(ssl, reported_index()) != nullptr)
+    return false;
+  static char mark;
+  SSL_set_ex_data(ssl, reported_index(), &mark);
+  return true;
+}
+
+}  // namespace
+
+void set_tls_refusal_log(tls_log_function log) {
+  std::lock_guard<std::mutex> lock(shared().mutex);
+  shared().log = std::move(log);
+}
+
+uint64_t tls_refusals() { return shared().refusals.load(); }
+
+std::string last_tls_connect_failure(uint16_t port) {
+  auto& s = shared();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.connect_failures.find(port);
+  return it == s.connect_failures.end() ? std::string() : it->second;
+}
+
+void clear_tls_connect_failure(uint16_t port) {
+  auto& s = shared();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.connect_failures.erase(port);
+}
+
+}  // namespace maxkernel::cluster
+
+// The interposers (see the header). C linkage and default visibility: they replace libssl's
+// for every caller in the process, libcaf_openssl included.
+extern "C" {
+
+__attribute__((visibility("default"))) int SSL_accept(SSL* ssl) {
+  using namespace maxkernel::cluster;
+  static const handshake_fn accept = real("SSL_accept");
+  int ret = accept(ssl);
+  int kind = 0;
+  if (failed(ssl, ret, kind)) {
+    peer p = peer_of(ssl);
+    note_refusal(p, reason_of(ssl, kind, false));
+  }
+  return ret;
+}
+
+__attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
+  using namespace maxkernel::cluster;
+  static const handshake_fn connect = real("SSL_connect");
+  int ret = connect(ssl);
+  int kind = 0;
+  if (failed(ssl, ret, kind)) {
+    peer p = peer_of(ssl);
+    std::string why = reason_of(ssl, kind, true);
+    auto& s = shared();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.connect_failures[p.port] = why;
+  }
+  return ret;
+}
+
+}  // extern "C"
