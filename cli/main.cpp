@@ -4,7 +4,12 @@
 #include "cli/check_command.hpp"
 #include "cli/model_command.hpp"
 #include "cli/operator_console.hpp"
+#include "cli/cluster_client.hpp"
+#include "cli/cluster_init_command.hpp"
+#include "cli/node_command.hpp"
+#include "cli/optimize_cli.hpp"
 #include "cli/optimize_command.hpp"
+#include "cli/supervisor_command.hpp"
 #include "cli/propose_command.hpp"
 #include "cli/template_command.hpp"
 #include "cli/spec_command.hpp"
@@ -14,52 +19,6 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
-
-// The settings of a task's search, shared by `optimize` and `bench`.
-void add_search_options(CLI::App* cmd, maxkernel::cli::optimize_options& opt,
-                        const std::vector<std::string>& chips) {
-  cmd->add_option("--chip", opt.chip, "target chip (wins over the spec's)")
-    ->check(CLI::IsMember(chips));
-  cmd->add_option("--nodes", opt.nodes, "simulated TPU devices (default 8)")
-    ->check(CLI::Range(1u, 4096u));
-  cmd->add_option("--workers", opt.workers,
-                  "JAX workers the nodes share (default: one per core)");
-  cmd->add_option("--budget-evals", opt.budget_evals,
-                  "candidates to evaluate (default 24; 0: no cap)");
-  cmd->add_option("--budget-seconds", opt.budget_seconds,
-                  "wall-time budget (0: none; a search cut by time is not reproducible)")
-    ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--patience", opt.patience,
-                  "stop after this many candidates (auto) or rounds (graph) without a "
-                  "faster one (0: never)");
-  cmd->add_option("--target-roofline", opt.target_roofline,
-                  "stop once the best kernel reaches this fraction of roofline");
-  cmd->add_option("--beam-width", opt.beam_width, "graph: vertices expanded per round")
-    ->check(CLI::Range(1u, 64u));
-  cmd->add_option("--branching", opt.branching, "graph: children per expanded vertex")
-    ->check(CLI::Range(1u, 64u));
-  cmd->add_option("--policy", opt.policy, "graph: frontier selection, beam | bandit")
-    ->check(CLI::IsMember({"beam", "bandit"}));
-  cmd->add_option("--max-repairs", opt.max_repairs, "debugger attempts per lineage")
-    ->check(CLI::Range(0u, 20u));
-  cmd->add_option("--seed", opt.seed, "seed of the brains, the tester and the policy");
-  cmd->add_option("--state-dir", opt.state_dir,
-                  "where the evaluation store and the search graphs live");
-  cmd->add_option("--brains", opt.brains,
-                  "brain config YAML (docs/brains.md; default: every role expert)");
-  cmd->add_flag("--resume", opt.resume,
-                "continue the search of this spec, mode, chip and seed from the state "
-                "directory (nothing that finished is evaluated again)");
-  cmd->add_flag("--no-store", opt.no_store,
-                "neither answer from nor record in the evaluation store");
-  cmd->add_option("--deadline", opt.deadline_seconds, "seconds per evaluation")
-    ->check(CLI::PositiveNumber);
-  cmd->add_option("--simulate-device-ms", opt.simulate_device_ms,
-                  "model backend: simulated device time per evaluation");
-  cmd->add_option("--memory-limit", opt.memory_limit_bytes,
-                  "bytes the task's inputs may take")
-    ->check(CLI::PositiveNumber);
-}
 
 int main(int argc, char** argv) {
   CLI::App app{"maxkernel: writes and optimizes Pallas TPU kernels"};
@@ -172,28 +131,13 @@ int main(int argc, char** argv) {
     "optimize", "search for the fastest correct kernel (auto: one trajectory; graph: a search "
                 "graph fanned out over every node; hitl: auto's steps, each decided by an "
                 "operator attached with `maxkernel attach`)");
-  optimize_cmd->add_option("SPEC", opt.spec,
-                           "task: a native .yaml spec, a JAXBench or a MaxKernel task directory")
-    ->required();
-  optimize_cmd->add_option("--mode", opt.mode, "auto | graph | hitl (default auto)")
-    ->check(CLI::IsMember({"auto", "graph", "hitl"}));
-  optimize_cmd->add_option("--operator-endpoint", opt.operator_endpoint,
-                           "hitl: where operator shells attach (default tcp://127.0.0.1:*, any "
-                           "free port; or ipc:///path)");
-  optimize_cmd->add_option("--operator-timeout", opt.operator_timeout,
-                           "hitl: seconds a proposal waits for a decision (0: forever)")
-    ->check(CLI::NonNegativeNumber);
-  optimize_cmd->add_flag("--console", opt.console,
-                         "hitl: this terminal is an operator too (proposals on stdout, one "
-                         "decision per line on stdin, as `maxkernel attach`)");
-  optimize_cmd->add_option("--on-timeout", opt.on_timeout,
-                           "hitl: what a timeout decides: wait | approve | stop (default wait)")
-    ->check(CLI::IsMember({"wait", "approve", "stop"}));
-  optimize_cmd->add_option("--out", opt.out,
-                           "write DIR/kernel.py, result.json, search.sqlite, graph.json, "
-                           "graph.dot and report.html");
-  optimize_cmd->add_option("--json", opt.json, "write the result as JSON to FILE, or - for stdout");
-  add_search_options(optimize_cmd, opt, chips);
+  maxkernel::cli::add_optimize_options(optimize_cmd, opt, chips);
+  maxkernel::cli::cluster_client_options cluster_client;
+  optimize_cmd->add_option("--cluster", cluster_client.endpoint,
+                           "submit to a running cluster: the supervisor's client port HOST:PORT "
+                           "(docs/cluster.md); the outputs are written here as without it");
+  optimize_cmd->add_option("--token-file", cluster_client.token_file,
+                           "with --cluster: the cluster's credentials (cluster init DIR: DIR/token)");
 
   maxkernel::cli::bench_options bench;
   bench.search.budget_evals = 16;
@@ -219,7 +163,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--html", bench.html, "write the report page to FILE");
   bench_cmd->add_option("--out", bench.out,
                         "write each task's kernel.py, result.json and report to DIR/MODE/TASK/");
-  add_search_options(bench_cmd, bench.search, chips);
+  maxkernel::cli::add_search_options(bench_cmd, bench.search, chips);
   for (auto* o : bench_cmd->get_options())
     if (o->get_name() == "--budget-evals")
       o->description("candidates to evaluate per task (default 16; 0: no cap)");
@@ -243,6 +187,48 @@ int main(int argc, char** argv) {
   template_cmd->add_option("--state-dir", tmpl.state_dir, "where the evaluation store lives");
 
   maxkernel::cli::console_options attach;
+  maxkernel::cli::cluster_init_command cluster_init(app);
+
+  maxkernel::cli::supervisor_command_options supervisor;
+  auto* supervisor_cmd = app.add_subcommand(
+    "supervisor", "run a cluster's supervisor: the evaluation store, the dispatcher that node "
+                  "processes join, and the client port where `optimize --cluster` submits "
+                  "(docs/cluster.md)");
+  supervisor_cmd->add_option("--config", supervisor.config, "cluster.yaml (the flags win over it)");
+  supervisor_cmd->add_option("--listen", supervisor.listen,
+                             "node port HOST:PORT (default 127.0.0.1:7400; port 0: any)");
+  supervisor_cmd->add_option("--shell-listen", supervisor.shell_listen,
+                             "client port HOST:PORT (default 127.0.0.1:7401; port 0: any)");
+  supervisor_cmd->add_option("--state-dir", supervisor.state_dir,
+                             "the evaluation store, search graphs and submitted tasks");
+  supervisor_cmd->add_option("--token-file", supervisor.token_file,
+                             "the cluster's credentials (cluster init DIR: DIR/token)");
+  supervisor_cmd->add_option("--deadline", supervisor.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+
+  maxkernel::cli::node_command_options node;
+  auto* node_cmd = app.add_subcommand(
+    "node", "run one TPU host of a cluster: its devices join the supervisor and evaluate the "
+            "candidates it dispatches (docs/cluster.md)");
+  node_cmd->add_option("--config", node.config, "cluster.yaml (the flags win over it)");
+  node_cmd->add_option("--join", node.join, "the supervisor's node port HOST:PORT");
+  node_cmd->add_option("--token-file", node.token_file,
+                       "the cluster's credentials (cluster init DIR: DIR/token)");
+  node_cmd->add_option("--backend", node.backend, "model | jax-tpu (default: the config's, model)")
+    ->check(CLI::IsMember({"model", "jax-tpu"}));
+  node_cmd->add_option("--devices", node.devices, "TPU devices (simulated on the model backend)")
+    ->check(CLI::Range(1u, 4096u));
+  node_cmd->add_option("--chip", node.chip, "the devices' chip")->check(CLI::IsMember(chips));
+  node_cmd->add_option("--workers", node.workers, "JAX workers (0: one per core)")
+    ->check(CLI::Range(0, 1024));
+  node_cmd->add_option("--simulate-device-ms", node.simulate_device_ms,
+                       "model backend: simulated device time per evaluation");
+  node_cmd->add_option("--retry", node.retry_seconds,
+                       "seconds between attempts to join (default 1)")
+    ->check(CLI::PositiveNumber);
+  node_cmd->add_option("--deadline", node.deadline_seconds, "seconds per evaluation")
+    ->check(CLI::PositiveNumber);
+
   auto* attach_cmd = app.add_subcommand(
     "attach", "attach this terminal to a hitl search's operator gateway and decide its proposals "
               "(one line of input per proposal: a script on stdin works too)");
@@ -279,8 +265,17 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_template(tmpl);
     if (*propose_cmd)
       return maxkernel::cli::run_propose(propose);
+    if (*optimize_cmd && !cluster_client.endpoint.empty())
+      return maxkernel::cli::run_cluster_optimize(
+        opt, maxkernel::cli::submitted_args(*optimize_cmd, argc, argv, opt.spec), cluster_client);
     if (*optimize_cmd)
       return maxkernel::cli::run_optimize(opt);
+    if (cluster_init.selected())
+      return cluster_init.run();
+    if (*supervisor_cmd)
+      return maxkernel::cli::run_supervisor(supervisor);
+    if (*node_cmd)
+      return maxkernel::cli::run_node(node);
     if (*bench_cmd)
       return maxkernel::cli::run_bench(bench);
     if (*calibrate_cmd)

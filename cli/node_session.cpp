@@ -1,25 +1,34 @@
 #include "cli/node_session.hpp"
 
+#include "maxkernel/schema/cluster.capnp.h"
 #include "maxkernel/schema/node_info.capnp.h"
 #include "maxkernel/schema/worker.capnp.h"
+#include "cluster/cluster_credentials.hpp"
 #include "cluster/dispatcher.hpp"
+#include "cluster/secure_transport.hpp"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
 #include "messages/type_registry.hpp"
 #include "search/evaluation_store.hpp"
 #include "search/state_dir.hpp"
 #include "tpu_nodes/pool_config.hpp"
+#include "tpu_nodes/store_front.hpp"
 #include "tpu_nodes/tpu_node.hpp"
 #include "tpu_nodes/worker_pool.hpp"
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <functional>
 #include <thread>
 
 namespace maxkernel::cli {
@@ -32,9 +41,15 @@ struct node_session::impl {
   std::vector<messages::tpu_node_actor> nodes;
   messages::dispatcher_actor dispatcher;
   messages::tpu_node_actor front;  // the dispatcher, or the one node
+  messages::tpu_node_actor store_front;  // a supervisor's: the store before the dispatcher
 };
 
 namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "host";
+}
 
 int exit_code_of(const caf::error& e) {
   return messages::exit_code_for(messages::code_of(e));
@@ -48,17 +63,49 @@ node_session::node_session(session_options opts)
 node_session::~node_session() {
   if (impl_->sys) {
     caf::scoped_actor self{*impl_->sys};
+    if (impl_->store_front)
+      self->send_exit(impl_->store_front, caf::exit_reason::user_shutdown);
     if (impl_->dispatcher)
       self->send_exit(impl_->dispatcher, caf::exit_reason::user_shutdown);
     for (auto& node : impl_->nodes)
       self->send_exit(node, caf::exit_reason::user_shutdown);
-    self->send_exit(impl_->pool, caf::exit_reason::user_shutdown);
+    if (impl_->pool)
+      self->send_exit(impl_->pool, caf::exit_reason::user_shutdown);
   }
 }
 
+const std::vector<messages::tpu_node_actor>& node_session::local_nodes() const {
+  return impl_->nodes;
+}
+
+bool node_session::start_supervisor(std::string& error) {
+  cluster::dispatcher_config dc;
+  dc.default_deadline = opts_.deadline;
+  dc.wait_for_nodes = true;
+  impl_->dispatcher = cluster::spawn_dispatcher(*impl_->sys, {}, dc);
+  tpu_nodes::store_front_config sc;
+  sc.store = impl_->store.get();
+  sc.default_deadline = opts_.deadline;
+  impl_->store_front = tpu_nodes::spawn_store_front(*impl_->sys, sc, impl_->dispatcher);
+  impl_->front = impl_->store_front;
+  auto port = cluster::publish_actor(*impl_->sys, caf::actor_cast<caf::actor>(impl_->dispatcher),
+                                     opts_.listen_host, opts_.listen_port,
+                                     impl_->sys->message_types(impl_->dispatcher));
+  if (!port) {
+    error = fmt::format("cannot listen on {}:{} for nodes: {}", opts_.listen_host,
+                        opts_.listen_port, messages::message_of(port.error()));
+    return false;
+  }
+  listen_port_ = *port;
+  return true;
+}
+
 bool node_session::start(std::string& error) {
-  backend_ = tpu_nodes::tpu_chips_on_host() > 0 ? "jax-tpu" : "model";
-  if (opts_.use_store) {
+  backend_ = !opts_.backend.empty()                  ? opts_.backend
+             : tpu_nodes::tpu_chips_on_host() > 0 ? "jax-tpu"
+                                                  : "model";
+  bool node_process = opts_.role == session_options::cluster_role::node;
+  if (opts_.use_store && !node_process) {  // a node process: the supervisor keeps the store
     auto dir = opts_.state_dir.empty() ? search::default_state_dir() : opts_.state_dir;
     store_path_ = search::default_store_path(dir);
     impl_->store = search::evaluation_store::open(store_path_, error);
@@ -66,7 +113,20 @@ bool node_session::start(std::string& error) {
       return false;
   }
   messages::register_types(impl_->cfg);
+  if (opts_.role != session_options::cluster_role::none) {
+    impl_->cfg.load<caf::io::middleman>();
+    impl_->cfg.set("middleman.heartbeat-interval", caf::timespan{opts_.heartbeat});
+    impl_->cfg.set("middleman.connection-timeout", caf::timespan{opts_.connection_timeout});
+    if (!opts_.token_file.empty()) {
+      auto creds = cluster::read_cluster_credentials(opts_.token_file, error);
+      if (!creds)
+        return false;
+      cluster::enable_cluster_tls(impl_->cfg, *creds);
+    }
+  }
   impl_->sys = std::make_unique<caf::actor_system>(impl_->cfg);
+  if (opts_.role == session_options::cluster_role::supervisor)
+    return start_supervisor(error);
   tpu_nodes::pool_config pc;
   pc.backend = backend_;
   pc.workers = opts_.workers;
@@ -75,7 +135,8 @@ bool node_session::start(std::string& error) {
   impl_->pool = tpu_nodes::spawn_worker_pool(*impl_->sys, pc);
   for (unsigned i = 0; i < std::max(1u, opts_.nodes); ++i) {
     tpu_nodes::node_config nc;
-    nc.node_id = fmt::format("local:{}", i);
+    nc.node_id = node_process ? fmt::format("{}:{}:{}", host_name(), ::getpid(), i)
+                              : fmt::format("local:{}", i);
     nc.device = i;
     nc.chip = opts_.chip.empty() ? "v6e" : opts_.chip;
     nc.backend = backend_;
@@ -85,7 +146,9 @@ bool node_session::start(std::string& error) {
     nc.simulate_device = opts_.simulate_device;
     impl_->nodes.push_back(tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool));
   }
-  if (opts_.dispatch || impl_->nodes.size() > 1) {
+  if (node_process) {
+    impl_->front = impl_->nodes.front();
+  } else if (opts_.dispatch || impl_->nodes.size() > 1) {
     cluster::dispatcher_config dc;
     dc.default_deadline = opts_.deadline;
     // One host: every node shares the same workers, so a straggler's copy competes with the
@@ -169,6 +232,69 @@ session_answer node_session::analyze(const std::string& request) {
 }
 
 caf::actor_system& node_session::system() { return *impl_->sys; }
+
+namespace {
+
+// Reads the dispatcher's status into `read`; false with `error` when it does not answer.
+bool read_status(caf::actor_system& sys, const messages::dispatcher_actor& dispatcher,
+                 const std::function<void(schema::DispatcherStatus::Reader)>& read,
+                 std::string& error) {
+  if (!dispatcher) {
+    error = "no dispatcher";
+    return false;
+  }
+  bool ok = false;
+  caf::scoped_actor self{sys};
+  self->request(dispatcher, std::chrono::seconds(5), messages::status_atom::value)
+    .receive(
+      [&](messages::payload& p) {
+        auto msg = messages::open_payload<schema::DispatcherStatus>(p, error);
+        if (!msg)
+          return;
+        read(msg->root<schema::DispatcherStatus>());
+        ok = true;
+      },
+      [&](caf::error& e) { error = "the dispatcher does not answer: " + messages::message_of(e); });
+  return ok;
+}
+
+}  // namespace
+
+std::string node_session::cluster_status() {
+  std::string text, error;
+  bool ok = read_status(*impl_->sys, impl_->dispatcher, [&](schema::DispatcherStatus::Reader s) {
+    unsigned alive = 0;
+    for (auto n : s.getNodes()) {
+      alive += n.getAlive() ? 1 : 0;
+      text += fmt::format("node {} {}: {}, {} in flight, {} done\n", n.getIndex(),
+                          n.getNodeId().cStr(), n.getAlive() ? "alive" : "lost",
+                          n.getInFlight(), n.getCompleted());
+    }
+    text += fmt::format("{} of {} node(s) alive; {} queued, {} in flight, {} completed; {} "
+                        "node loss(es), {} request(s) moved off lost nodes, {} straggler "
+                        "copies\n",
+                        alive, s.getNodes().size(), s.getQueued(), s.getInFlight(),
+                        s.getCompleted(), s.getNodesLost(), s.getOrphaned(), s.getRedispatched());
+  }, error);
+  return ok ? text : error;
+}
+
+std::optional<cluster_counts> node_session::cluster_counts_now() {
+  if (opts_.role != session_options::cluster_role::supervisor)
+    return std::nullopt;
+  cluster_counts c;
+  std::string error;
+  bool ok = read_status(*impl_->sys, impl_->dispatcher, [&](schema::DispatcherStatus::Reader s) {
+    for (auto n : s.getNodes())
+      c.alive += n.getAlive() ? 1 : 0;
+    c.nodes_lost = s.getNodesLost();
+    c.orphaned = s.getOrphaned();
+    c.straggler_copies = s.getRedispatched();
+  }, error);
+  if (!ok)
+    return std::nullopt;
+  return c;
+}
 
 messages::tpu_node_actor node_session::evaluator() { return impl_->front; }
 messages::dispatcher_actor node_session::dispatcher() { return impl_->dispatcher; }

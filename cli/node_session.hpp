@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace caf {
 class actor_system;
@@ -19,6 +21,7 @@ namespace maxkernel::cli {
 
 struct session_options {
   std::string chip;                 // the node's chip
+  std::string backend;              // model | jax-tpu; "": jax-tpu when this host has TPUs
   std::string state_dir;            // "" = search::default_state_dir()
   bool use_store = true;
   uint64_t memory_limit_bytes = 8ull << 30;
@@ -32,6 +35,25 @@ struct session_options {
   unsigned nodes = 1;
   unsigned workers = 1;
   bool dispatch = false;
+  // A cluster's processes (docs/cluster.md). supervisor: no nodes of its own; a dispatcher
+  // that waits for remote nodes is published on `listen`, with the store in front of it.
+  // node: `nodes` devices and their worker pool, no store (the supervisor keeps it); they
+  // join a supervisor's dispatcher (cli/node_command). Both load CAF's middleman with
+  // heartbeats, so a frozen peer is noticed.
+  enum class cluster_role { none, supervisor, node } role = cluster_role::none;
+  std::string listen_host = "127.0.0.1";  // supervisor: the node port
+  uint16_t listen_port = 0;               // 0: any free port (listen_port() says which)
+  std::string token_file;                 // "" : plain TCP; else the cluster's mutual TLS
+  std::chrono::milliseconds heartbeat{200};
+  std::chrono::milliseconds connection_timeout{1'000};
+};
+
+// A cluster supervisor's dispatcher, counted.
+struct cluster_counts {
+  unsigned alive = 0;             // nodes alive now
+  uint64_t nodes_lost = 0;        // times a node was taken as lost, since the start
+  uint64_t orphaned = 0;          // evaluations moved off lost nodes
+  uint64_t straggler_copies = 0;  // evaluations copied to an idle node
 };
 
 struct session_answer {
@@ -59,6 +81,15 @@ public:
   // The dispatcher (for its status: nodes busy); invalid with one node and no `dispatch`.
   messages::dispatcher_actor dispatcher();
   unsigned nodes() const { return opts_.nodes; }
+  // A node process's devices, to join a remote dispatcher with.
+  const std::vector<messages::tpu_node_actor>& local_nodes() const;
+  // The dispatcher's view of the nodes as text: each node with its id, whether alive, work
+  // in flight and done; then the queue and the redispatch counts.
+  std::string cluster_status();
+  // The same counted; nullopt unless this is a cluster supervisor's session.
+  std::optional<cluster_counts> cluster_counts_now();
+  // A supervisor's node port once published.
+  uint16_t listen_port() const { return listen_port_; }
   unsigned workers() const { return workers_; }
 
   const std::string& backend() const { return backend_; }
@@ -66,6 +97,7 @@ public:
   const std::string& store_path() const { return store_path_; }
 
 private:
+  bool start_supervisor(std::string& error);
   struct impl;
   std::unique_ptr<impl> impl_;
   session_options opts_;
@@ -73,6 +105,7 @@ private:
   std::string jax_version_;
   std::string store_path_;
   unsigned workers_ = 1;
+  uint16_t listen_port_ = 0;
 };
 
 }  // namespace maxkernel::cli

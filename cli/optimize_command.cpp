@@ -5,6 +5,7 @@
 #include "cli/brain_options.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/optimize_outputs.hpp"
+#include "cli/optimize_run.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress_line.hpp"
 #include "cli/task_search.hpp"
@@ -112,111 +113,8 @@ int run_optimize(const optimize_options& opts) {
   flags.dispatch = true;
   if (int code = open_task_session(opts.spec, kind, flags, task))
     return code;
-  auto& session = *task.session;
-  auto spec = task.spec();
-  prepared_search prepared;
-  if (int code = prepare_search(session, spec, opts, state_dir, prepared, error)) {
-    std::cerr << "error: " << error << "\n";
-    return code;
-  }
-  const auto& times = prepared.times;
-  const auto& chip_name = prepared.chip;
-  human << fmt::format("{}: reference {:.2f} us{} (modeled on {}); {} search, {} node(s), {} "
-                       "worker(s)\n",
-                       spec.getName().cStr(), times.reference_us,
-                       times.baseline_us > 0 ? fmt::format(", baseline {:.2f} us", times.baseline_us)
-                                             : "",
-                       chip_name, opts.mode, session.nodes(), session.workers());
-
-  auto& sys = session.system();
-  auto pool = agents::spawn_agent_pool(sys, agents::make_brain_chains(brains));
-  auto listener = spawn_progress_line(sys, std::cerr, opts.budget_evals, session.dispatcher());
-  std::optional<cluster::operator_gateway> gateway;
-  std::thread console;
-  if (opts.mode == "hitl") {
-    cluster::operator_gateway_config gw;
-    gw.endpoint = opts.operator_endpoint;
-    gw.welcome = fmt::format("{}: hitl search on {} (reference {:.2f} us, modeled)",
-                             spec.getName().cStr(), chip_name, times.reference_us);
-    auto spawned = cluster::spawn_operator_gateway(sys, gw);
-    if (!spawned) {
-      agents::stop_agent_pool(pool);
-      caf::anon_send_exit(listener, caf::exit_reason::user_shutdown);
-      std::cerr << "error: --operator-endpoint: " << messages::message_of(spawned.error())
-                << "\n";
-      return 2;
-    }
-    gateway = std::move(*spawned);
-    // On stderr even with --json -: the operator needs it to attach.
-    std::cerr << "operator gateway: " << gateway->endpoint << " (attach with: maxkernel attach "
-              << gateway->endpoint << ")\n";
-    if (opts.console) {
-      // This terminal is an operator too: the console attaches over the gateway's socket
-      // as any shell does, reading decisions from stdin.
-      console_options co;
-      co.endpoint = gateway->endpoint;
-      co.prompt = ::isatty(STDIN_FILENO) == 1;
-      console = std::thread([co] { run_console(co, std::cin, std::cout, std::cerr); });
-    }
-  }
-  auto supervisor = spawn_supervisor(sys, opts.mode, pool, session.evaluator(), listener,
-                                     gateway ? gateway->handle : messages::operator_actor{});
-  auto reply = await_search(sys, supervisor, prepared);
-  {
-    caf::scoped_actor self{sys};
-    self->send_exit(supervisor, caf::exit_reason::user_shutdown);
-    self->send_exit(listener, caf::exit_reason::user_shutdown);
-    if (gateway) {
-      // The supervisor's last notice (the end) is in the gateway's mailbox before its reply
-      // came: one round trip makes sure the gateway handled it before it is stopped.
-      self->request(gateway->handle, std::chrono::seconds(5), messages::status_atom::value)
-        .receive([](uint32_t) {}, [](caf::error&) {});
-      self->send_exit(gateway->handle, caf::exit_reason::user_shutdown);
-    }
-    // The console leaves on the gateway's `ended` (or when the gateway stops).
-    if (console.joinable())
-      console.join();
-  }
-  agents::stop_agent_pool(pool);
-  end_progress_line(std::cerr);
-  if (reply.exit_code != 0) {
-    std::cerr << "error: " << reply.error << "\n";
-    return reply.exit_code;
-  }
-  auto result = reply.root();
-  auto outcome = outcome_of(prepared, opts, session,
-                            std::chrono::duration<double>(clock_type::now() - started).count());
-  auto json = result_json(spec, result, outcome);
-  human << summary_line(spec, result, outcome);
-
-  if (!opts.out.empty()) {
-    // The search alone, as a one-file database beside the kernel.
-    auto graph = search::search_graph::open(prepared.graph_path, error);
-    bool resumed = false;
-    if (!graph ||
-        !graph->begin(actors::search_header_for(
-                        spec, prepared.request->getRoot<schema::OptimizeRequest>()
-                                .getSettings()
-                                .asReader()),
-                      true,
-                      resumed, error) ||
-        !graph->copy_to((fs::path(opts.out) / "search.sqlite").string(), error)) {
-      std::cerr << "error: search.sqlite: " << error << "\n";
-      return 3;
-    }
-    if (!write_optimize_outputs(opts.out, spec, result, outcome, json, error)) {
-      std::cerr << "error: " << error << "\n";
-      return 3;
-    }
-    human << "wrote " << opts.out
-          << "/{kernel.py, result.json, search.sqlite, graph.json, graph.dot, report.html"
-          << (result.getTranscript().size() ? ", transcript.jsonl}\n" : "}\n");
-  }
-  if (!opts.json.empty() && !write_output(opts.json, json.dump(2) + "\n", error)) {
-    std::cerr << "error: " << error << "\n";
-    return 3;
-  }
-  return json["correct"].get<bool>() ? 0 : 1;
+  return optimize_on_session(*task.session, task.spec(), opts, brains, state_dir, started,
+                             run_io{human, std::cerr, nullptr, ""});
 }
 
 }  // namespace maxkernel::cli

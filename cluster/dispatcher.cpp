@@ -85,6 +85,8 @@ struct dispatcher_state {
   uint64_t next_attempt = 1;
   uint64_t completed = 0;
   uint64_t redispatched = 0;
+  uint64_t nodes_lost = 0;
+  uint64_t orphaned = 0;
   uint64_t requeued = 0;
   std::vector<std::function<void()>> parked;  // load / analyze / info waiting for a node
   std::optional<clock_point> straggler_timer;  // when the pending straggler check fires
@@ -266,6 +268,8 @@ void node_lost(dispatcher* self, std::size_t node) {
     it = st.live_attempts.erase(it);
   }
   n.in_flight = 0;
+  ++st.nodes_lost;
+  st.orphaned += orphans.size();
   requeue(self, std::move(orphans));
 }
 
@@ -556,6 +560,8 @@ payload status(dispatcher* self) {
     st.jobs.begin(), st.jobs.end(), [](auto& kv) { return !kv.second.attempts.empty(); })));
   s.setCompleted(st.completed);
   s.setRedispatched(st.redispatched);
+  s.setNodesLost(st.nodes_lost);
+  s.setOrphaned(st.orphaned);
   s.setRequeued(st.requeued);
   return messages::make_payload<schema::DispatcherStatus>(msg);
 }

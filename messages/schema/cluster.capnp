@@ -21,4 +21,6 @@ struct DispatcherStatus {
   completed @4 :UInt64;
   redispatched @5 :UInt64;     # straggler copies sent to an idle node
   requeued @6 :UInt64;         # requests moved after a node refused (overloaded) or went down
+  nodesLost @7 :UInt64;        # times a node was taken as lost (down, or unreachable)
+  orphaned @8 :UInt64;         # requests in flight at a lost node, dispatched again elsewhere
 }

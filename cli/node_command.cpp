@@ -1,0 +1,167 @@
+#include "cli/node_command.hpp"
+
+#include "cli/node_session.hpp"
+#include "cluster/cluster_credentials.hpp"
+#include "cluster/secure_transport.hpp"
+#include "config/cluster_config.hpp"
+#include "messages/dispatcher_actor.hpp"
+#include "messages/error.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/after.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+namespace maxkernel::cli {
+
+namespace {
+
+std::atomic<bool> stop_requested{false};
+
+void on_signal(int) { stop_requested = true; }
+
+// What the node runs with: the flags over cluster.yaml over the defaults.
+bool resolve(const node_command_options& opts, config::cluster_config& cfg, std::string& error) {
+  if (!opts.config.empty()) {
+    auto loaded = config::load_cluster_config(opts.config, error);
+    if (!loaded)
+      return false;
+    cfg = *loaded;
+  }
+  if (!opts.join.empty()) {
+    if (!config::parse_host_port(opts.join, cfg.join.host, cfg.join.port, error)) {
+      error = "--join " + opts.join + ": " + error;
+      return false;
+    }
+  }
+  if (cfg.join.port == 0) {
+    error = "--join: the supervisor's node port is needed (HOST:PORT, port 1-65535)";
+    return false;
+  }
+  if (!opts.token_file.empty())
+    cfg.token_file = opts.token_file;
+  if (!opts.backend.empty())
+    cfg.backend = opts.backend;
+  if (cfg.backend != "model" && cfg.backend != "jax-tpu") {
+    error = "--backend " + cfg.backend + ": one of model, jax-tpu";
+    return false;
+  }
+  if (opts.devices > 0)
+    cfg.devices = opts.devices;
+  if (!opts.chip.empty())
+    cfg.chip = opts.chip;
+  if (opts.workers >= 0)
+    cfg.workers = static_cast<uint32_t>(opts.workers);
+  return true;
+}
+
+enum class joined { stopped, lost, refused, failed };
+
+// Connects to the supervisor, registers every device and waits until the supervisor goes
+// away or the node is asked to stop.
+joined join_once(node_session& session, const config::cluster_config& cfg, bool& announced,
+                 std::string& why) {
+  auto& sys = session.system();
+  auto remote = cluster::connect_actor(sys, cfg.join.host, cfg.join.port,
+                                       std::chrono::seconds(5),
+                                       sys.message_types<messages::dispatcher_actor>());
+  if (!remote) {
+    why = messages::message_of(remote.error());
+    if (cluster::authentication_failed(remote.error()))
+      return joined::refused;
+    return joined::failed;
+  }
+  auto dispatcher = caf::actor_cast<messages::dispatcher_actor>(*remote);
+  caf::scoped_actor self{sys};
+  for (auto& node : session.local_nodes())
+    self->send(dispatcher, messages::join_atom::value, caf::actor_cast<caf::actor>(node));
+  std::cerr << fmt::format("node: joined {} with {} device(s)\n", cfg.join.to_string(),
+                           session.local_nodes().size());
+  announced = false;
+  self->monitor(*remote);
+  bool lost = false;
+  while (!lost && !stop_requested)
+    self->receive([&](caf::down_msg&) { lost = true; },
+                  caf::after(std::chrono::milliseconds(200)) >> [] {});
+  return lost ? joined::lost : joined::stopped;
+}
+
+}  // namespace
+
+int run_node(const node_command_options& opts) {
+  config::cluster_config cfg;
+  std::string error;
+  if (!resolve(opts, cfg, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  if (!cfg.token_file.empty()) {
+    auto creds = cluster::read_cluster_credentials(cfg.token_file, error);
+    if (!creds) {
+      std::cerr << "error: --token-file: " << error << "\n";
+      return 2;
+    }
+    for (auto& w : creds->warnings)
+      std::cerr << "warning: " << w << "\n";
+  }
+  session_options so;
+  so.role = session_options::cluster_role::node;
+  so.backend = cfg.backend;
+  so.chip = cfg.chip;
+  so.nodes = cfg.devices;
+  so.workers = cfg.workers;
+  so.use_store = false;
+  so.token_file = cfg.token_file;
+  so.heartbeat = std::chrono::milliseconds(cfg.heartbeat_interval_ms);
+  so.connection_timeout = std::chrono::milliseconds(cfg.connection_timeout_ms);
+  so.simulate_device = std::chrono::milliseconds(opts.simulate_device_ms);
+  so.memory_limit_bytes = opts.memory_limit_bytes;
+  so.deadline = std::chrono::milliseconds(static_cast<int64_t>(opts.deadline_seconds * 1000));
+  node_session session(so);
+  if (!session.start(error)) {
+    std::cerr << "error: " << error << "\n";
+    return 3;
+  }
+  std::cerr << fmt::format("node: {} device(s) ({} backend, {}), {} worker(s), JAX {}\n",
+                           cfg.devices, session.backend(), cfg.chip, session.workers(),
+                           session.jax_version());
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  bool announced = false;
+  auto retry = std::chrono::milliseconds(static_cast<int64_t>(opts.retry_seconds * 1000));
+  while (!stop_requested) {
+    std::string why;
+    switch (join_once(session, cfg, announced, why)) {
+      case joined::stopped:
+        break;
+      case joined::refused:
+        std::cerr << "error: authentication failed at " << cfg.join.to_string() << ": " << why
+                  << "\n";
+        return 3;
+      case joined::lost:
+        std::cerr << "node: lost the supervisor at " << cfg.join.to_string()
+                  << "; joining again when it is back\n";
+        break;
+      case joined::failed:
+        if (!announced)
+          std::cerr << "node: waiting for the supervisor at " << cfg.join.to_string() << " ("
+                    << why << ")\n";
+        announced = true;
+        for (auto slept = std::chrono::milliseconds(0); slept < retry && !stop_requested;
+             slept += std::chrono::milliseconds(50))
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        break;
+    }
+  }
+  std::cerr << "node: stopped\n";
+  return 0;
+}
+
+}  // namespace maxkernel::cli

@@ -1,0 +1,385 @@
+#include "cli/submission_server.hpp"
+
+#include "cli/brain_options.hpp"
+#include "cli/optimize_cli.hpp"
+#include "cli/optimize_run.hpp"
+#include "cli/output_file.hpp"
+#include "cli/spec_source.hpp"
+#include "cli/task_session.hpp"
+#include "cluster/cluster_credentials.hpp"
+#include "cluster/secure_transport.hpp"
+#include "config/chip_names.hpp"
+#include "maxkernel/schema/cluster.capnp.h"
+#include "maxkernel/schema/submission.capnp.h"
+#include "messages/capnp_io.hpp"
+#include "messages/payload_codec.hpp"
+
+#include <CLI/CLI.hpp>
+#include <capnp/message.h>
+#include <fmt/format.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <streambuf>
+#include <thread>
+
+namespace maxkernel::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t max_task_bytes = 256ull << 20;
+
+// Frames waiting for the socket's thread: [client identity, ClientEvent bytes].
+class outbox {
+public:
+  void push(std::string identity, std::string bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    frames_.emplace_back(std::move(identity), std::move(bytes));
+  }
+  std::deque<std::pair<std::string, std::string>> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(frames_, {});
+  }
+
+private:
+  std::mutex mutex_;
+  std::deque<std::pair<std::string, std::string>> frames_;
+};
+
+std::string event_bytes(const std::function<void(schema::ClientEvent::Builder)>& fill) {
+  capnp::MallocMessageBuilder msg;
+  auto e = msg.initRoot<schema::ClientEvent>();
+  e.setSchemaVersion(schema::SCHEMA_VERSION);
+  fill(e);
+  return messages::encode(msg);
+}
+
+// What a submission prints, line by line (or at a flush) to its client.
+class client_stream : public std::streambuf {
+public:
+  client_stream(outbox& box, std::string identity, uint8_t stream)
+    : box_(box), identity_(std::move(identity)), stream_(stream) {}
+  ~client_stream() override { sync(); }
+
+protected:
+  int_type overflow(int_type c) override {
+    if (c == traits_type::eof())
+      return traits_type::not_eof(c);
+    text_.push_back(static_cast<char>(c));
+    if (c == '\n' || c == '\r')
+      sync();
+    return c;
+  }
+  int sync() override {
+    if (text_.empty())
+      return 0;
+    auto text = std::exchange(text_, {});
+    box_.push(identity_, event_bytes([&](schema::ClientEvent::Builder e) {
+                auto out = e.initOutput();
+                out.setStream(stream_);
+                out.setText(text);
+              }));
+    return 0;
+  }
+
+private:
+  outbox& box_;
+  std::string identity_;
+  uint8_t stream_;
+  std::string text_;
+};
+
+// A task path from a client: relative, inside the task, no "..".
+bool safe_relative(const std::string& path) {
+  if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos)
+    return false;
+  for (auto& part : fs::path(path))
+    if (part == ".." || part == "." || part.empty())
+      return false;
+  return true;
+}
+
+struct submission {
+  std::string identity;
+  std::thread thread;
+  std::atomic<bool> done{false};
+};
+
+}  // namespace
+
+struct submission_server::impl {
+  node_session& session;
+  submission_server_config config;
+  zmq::context_t context{1};
+  std::unique_ptr<cluster::curve_server_auth> auth;
+  zmq::socket_t router{context, zmq::socket_type::router};
+  outbox box;
+  std::vector<std::unique_ptr<submission>> runs;
+  uint64_t next_run = 1;
+
+  impl(node_session& s, submission_server_config c) : session(s), config(std::move(c)) {}
+
+  void refuse(const std::string& identity, const std::string& why) {
+    box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) { e.setRefused(why); }));
+  }
+
+  void on_request(const std::string& identity, const std::string& bytes);
+  void on_submit(const std::string& identity, schema::Submission::Reader sub);
+  void status(const std::string& identity);
+};
+
+namespace {
+
+// One submission's run, in its own thread: the same steps as `optimize` after its command
+// line, on the supervisor's session.
+int run_submission(node_session& session, optimize_options opts, const std::string& state_dir,
+                   run_io io) {
+  auto& err = io.err;
+  auto started = std::chrono::steady_clock::now();
+  std::string error;
+  if (!valid_optimize_options(opts, error)) {
+    err << "error: " << error << "\n";
+    return 2;
+  }
+  auto kind = classify_spec(opts.spec, error);
+  if (kind == spec_kind::invalid) {
+    err << "error: " << error << "\n";
+    return 2;
+  }
+  config::brain_config brains;
+  if (!load_brains(opts.brains, brains, error)) {
+    err << "error: " << error << "\n";
+    return 2;
+  }
+  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
+    err << "error: " << error << "\n";
+    return 3;
+  }
+  std::optional<messages::decoded_message> spec;
+  if (int code = load_task_spec(session, opts.spec, kind, opts.chip, opts.memory_limit_bytes,
+                                spec, error)) {
+    err << "error: " << error << "\n";
+    return code;
+  }
+  return optimize_on_session(session, spec->root<schema::KernelSpec>(), opts, brains, state_dir,
+                             started, std::move(io));
+}
+
+void read_outputs(const fs::path& dir, std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return;
+  for (auto& entry : fs::recursive_directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec))
+      continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream data;
+    data << in.rdbuf();
+    files.emplace_back(fs::relative(entry.path(), dir, ec).string(), data.str());
+  }
+}
+
+}  // namespace
+
+void submission_server::impl::on_submit(const std::string& identity,
+                                        schema::Submission::Reader sub) {
+  if (std::string(sub.getCommand().cStr()) != "optimize")
+    return refuse(identity, fmt::format("unknown command '{}': a cluster runs optimize",
+                                        sub.getCommand().cStr()));
+  std::string name = sub.getSpecName().cStr();
+  if (!safe_relative(name) || name.find('/') != std::string::npos)
+    return refuse(identity, "specName: a file or directory name, got '" + name + "'");
+  uint64_t total = 0;
+  for (auto f : sub.getFiles()) {
+    if (!safe_relative(f.getPath().cStr()))
+      return refuse(identity, fmt::format("files: '{}' is not a path inside the task",
+                                          f.getPath().cStr()));
+    total += f.getData().size();
+  }
+  if (total > max_task_bytes)
+    return refuse(identity, fmt::format("the task's files take {} bytes; at most {}", total,
+                                        max_task_bytes));
+
+  // The task's own copy, where the run reads it and writes its outputs.
+  auto stamp = std::chrono::system_clock::now().time_since_epoch();
+  auto run_dir = fs::path(config.state_dir) / "submissions"
+                 / fmt::format("{}-{}", std::chrono::duration_cast<std::chrono::seconds>(stamp).count(),
+                               next_run++);
+  auto task_root = run_dir / "task";
+  std::error_code ec;
+  fs::create_directories(task_root, ec);
+  if (ec)
+    return refuse(identity, "cannot make " + task_root.string() + ": " + ec.message());
+  auto spec_path = sub.getSpecIsDirectory() ? task_root / name : task_root;
+  for (auto f : sub.getFiles()) {
+    auto target = spec_path / f.getPath().cStr();
+    fs::create_directories(target.parent_path(), ec);
+    std::ofstream out(target, std::ios::binary);
+    auto data = f.getData();
+    out.write(reinterpret_cast<const char*>(data.begin()), static_cast<std::streamsize>(data.size()));
+    if (!out)
+      return refuse(identity, "cannot write " + target.string());
+  }
+  if (!sub.getSpecIsDirectory())
+    spec_path = task_root / name;
+
+  // The options, read by the same parser as the command line's.
+  optimize_options opts;
+  CLI::App parser{"optimize"};
+  add_optimize_options(&parser, opts, config::chip_names());
+  std::vector<std::string> args;
+  for (auto a : sub.getArgs())
+    args.emplace_back(a.cStr());
+  args.push_back(spec_path.string());
+  std::reverse(args.begin(), args.end());  // CLI11 reads the vector from its back
+  try {
+    parser.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return refuse(identity, std::string("options: ") + e.what());
+  }
+  if (opts.mode == "hitl")
+    return refuse(identity, "--mode hitl is not run by a cluster yet: run it embedded "
+                            "(maxkernel optimize --mode hitl) and attach shells to it");
+  if (!opts.out.empty() || !opts.json.empty() || !opts.state_dir.empty())
+    return refuse(identity, "--out, --json and --state-dir name the client's files: the client "
+                            "keeps them");
+  opts.spec = spec_path.string();
+  opts.out = sub.getWantOutputs() ? (run_dir / "out").string() : "";
+  opts.state_dir = config.state_dir;
+
+  auto run = std::make_unique<submission>();
+  run->identity = identity;
+  auto* r = run.get();
+  std::string out_shown = sub.getOutShown().cStr();
+  r->thread = std::thread([this, r, opts, out_shown] {
+    std::string json;
+    int code;
+    {
+      client_stream out_buf(box, r->identity, 1), err_buf(box, r->identity, 2);
+      std::ostream out(&out_buf), err(&err_buf);
+      code = run_submission(session, opts, config.state_dir, run_io{out, err, &json, out_shown});
+      out.flush();
+      err.flush();
+    }
+    std::vector<std::pair<std::string, std::string>> files;
+    if (!opts.out.empty())
+      read_outputs(opts.out, files);
+    box.push(r->identity, event_bytes([&](schema::ClientEvent::Builder e) {
+               auto f = e.initFinished();
+               f.setExitCode(code);
+               f.setJson(json);
+               auto list = f.initFiles(static_cast<unsigned>(files.size()));
+               for (unsigned i = 0; i < files.size(); ++i) {
+                 list[i].setPath(files[i].first);
+                 list[i].setData(kj::arrayPtr(
+                   reinterpret_cast<const kj::byte*>(files[i].second.data()),
+                   files[i].second.size()));
+               }
+             }));
+    r->done = true;
+  });
+  runs.push_back(std::move(run));
+}
+
+void submission_server::impl::status(const std::string& identity) {
+  auto answer = session.cluster_status();
+  box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) { e.setStatus(answer); }));
+}
+
+void submission_server::impl::on_request(const std::string& identity, const std::string& bytes) {
+  std::string error;
+  auto msg = messages::decoded_message::parse(bytes, error);
+  if (!msg)
+    return refuse(identity, "malformed request: " + error);
+  try {
+    auto req = msg->root<schema::ClientRequest>();
+    if (req.getSchemaVersion() != schema::SCHEMA_VERSION)
+      return refuse(identity, fmt::format("schema version {}; this supervisor reads {}",
+                                          req.getSchemaVersion(), schema::SCHEMA_VERSION));
+    switch (req.which()) {
+      case schema::ClientRequest::SUBMIT:
+        return on_submit(identity, req.getSubmit());
+      case schema::ClientRequest::STATUS:
+        return status(identity);
+    }
+    refuse(identity, "unknown request");
+  } catch (const kj::Exception& e) {
+    refuse(identity, std::string("malformed request: ") + e.getDescription().cStr());
+  }
+}
+
+submission_server::submission_server(node_session& session, submission_server_config config)
+  : impl_(std::make_unique<impl>(session, std::move(config))) {}
+
+submission_server::~submission_server() {
+  // A run still going when the supervisor stops is cut short; what it finished is in the
+  // store and its search graph, for --resume.
+  for (auto& r : impl_->runs)
+    if (r->thread.joinable())
+      r->done ? r->thread.join() : r->thread.detach();
+}
+
+bool submission_server::bind(std::string& error) {
+  auto& io = *impl_;
+  try {
+    if (!io.config.token_file.empty()) {
+      auto creds = cluster::read_cluster_credentials(io.config.token_file, error);
+      if (!creds)
+        return false;
+      io.auth = std::make_unique<cluster::curve_server_auth>(io.context, *creds);
+      cluster::make_curve_server(io.router, *creds);
+    }
+    io.router.set(zmq::sockopt::router_mandatory, 1);
+    io.router.set(zmq::sockopt::linger, 1000);
+    io.router.bind(io.config.endpoint);
+    endpoint_ = io.router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    error = fmt::format("cannot listen on {} for clients: {}", io.config.endpoint, e.what());
+    return false;
+  }
+  return true;
+}
+
+void submission_server::serve(const std::atomic<bool>& stop) {
+  auto& io = *impl_;
+  while (!stop) {
+    zmq::pollitem_t items[] = {{io.router.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(50));
+    } catch (const zmq::error_t&) {
+      continue;  // interrupted by a signal: `stop` says whether to go on
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      std::vector<zmq::message_t> frames;
+      if (zmq::recv_multipart(io.router, std::back_inserter(frames), zmq::recv_flags::dontwait)
+          && frames.size() == 2)
+        io.on_request(frames[0].to_string(), frames[1].to_string());
+    }
+    for (auto& [identity, bytes] : io.box.take()) {
+      try {
+        std::array<zmq::const_buffer, 2> out{zmq::buffer(identity), zmq::buffer(bytes)};
+        zmq::send_multipart(io.router, out, zmq::send_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        // The client went away: its run goes on (its results are in the store).
+      }
+    }
+    for (auto it = io.runs.begin(); it != io.runs.end();) {
+      if ((*it)->done) {
+        (*it)->thread.join();
+        it = io.runs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+}  // namespace maxkernel::cli
