@@ -7,11 +7,9 @@
 // along D with a sign per half (concatenate of the split or sliced halves, second first,
 // each optionally negated), and C, S are values that do not depend on y and do not vary
 // along W's head dims (the cos / sin tables, whatever computes them). C and S are replayed
-// from the graph outside the kernel (moe::build_replay, shape-generic). Refused otherwise.
-#include "agents/expert/dim_symbols.hpp"
+// from the graph outside the kernel as shape-lazy jnp (table_emitter). Refused otherwise.
 #include "agents/expert/graph_view.hpp"
 #include "agents/expert/kernel_template.hpp"
-#include "agents/expert/replay_program.hpp"
 #include "agents/expert/template_text.hpp"
 #include "agents/expert/workload_args.hpp"
 
@@ -257,6 +255,152 @@ bool match_output(const graph_view& g, value_ref out, rope_output& o, std::strin
   return false;
 }
 
+
+// The cos / sin tables as jnp code over the inputs, shape-lazy: broadcasts only insert unit
+// dims (jnp broadcasting fills them, and _rope_mm broadcasts the tables to [rows, 1.., D]),
+// so the only sizes written are those of iotas, which must be the head dim D or D / 2
+// (written from W's last dim, so they follow the tester's reduced shapes). A size read from
+// nothing else is never guessed from an input of the same size.
+struct table_emitter {
+  const graph_view& g;
+  const std::vector<std::string>& inputs;   // graph input k -> Python name
+  std::string d_expr;                       // the head dim at trace time
+  int64_t d = 0;
+  std::map<int, std::string> done;
+  std::string code;
+  std::string why;
+
+  static std::string py_dtype(const std::string& dt) {
+    return dt == "bool" ? "jnp.bool_" : "jnp." + dt;
+  }
+
+  std::string literal(const value_ref& v, const std::string& dtype) {
+    auto j = json::parse(v.literal, nullptr, false);
+    std::string val;
+    if (j.is_string())
+      val = "float(\"" + j.get<std::string>() + "\")";
+    else if (j.is_boolean())
+      val = j.get<bool>() ? "True" : "False";
+    else if (j.is_number_float() && d > 2 && j.get<double>() == static_cast<double>(d))
+      val = "float(" + d_expr + ")";  // arange(0, D, 2) / D: the head dim, not a constant
+    else if (j.is_number())
+      val = v.literal;
+    else
+      return "";
+    return dtype.empty() ? val : fmt::format("np.asarray({}, {})", val, py_dtype(dtype));
+  }
+
+  std::string size_expr(int64_t size) {
+    if (size == 1)
+      return "1";
+    if (size == d)
+      return d_expr;
+    if (size * 2 == d)
+      return "(" + d_expr + " // 2)";
+    return "";
+  }
+
+  // Expression of value v; empty with `why` when it cannot be emitted.
+  std::string emit(const value_ref& v, const std::string& want_dtype = "") {
+    if (v.is_input())
+      return inputs[static_cast<size_t>(v.id)];
+    if (v.is_literal()) {
+      auto e = literal(v, want_dtype);
+      if (e.empty())
+        why = "a literal of unknown form in the tables";
+      return e;
+    }
+    if (!v.is_node()) {
+      why = "an unknown value in the tables";
+      return "";
+    }
+    if (auto it = done.find(v.id); it != done.end())
+      return it->second;
+    int id = v.id;
+    auto p = g.primitive(id);
+    auto dtype = g.dtype(node_value(id));
+    const auto& params = g.params(id);
+    unsigned n = g.operand_count(id);
+    std::vector<std::string> ops;
+    for (unsigned k = 0; k < n; ++k) {
+      auto e = emit(g.operand(id, k), p == "convert_element_type" ? "" : g.dtype(node_value(id)));
+      if (e.empty())
+        return "";
+      ops.push_back(e);
+    }
+    static const std::map<std::string, std::string> unary = {
+        {"neg", "jnp.negative"}, {"cos", "jnp.cos"}, {"sin", "jnp.sin"}, {"exp", "jnp.exp"},
+        {"log", "jnp.log"}, {"sqrt", "jnp.sqrt"}, {"rsqrt", "lax.rsqrt"}, {"tanh", "jnp.tanh"},
+        {"abs", "jnp.abs"}, {"floor", "jnp.floor"}, {"ceil", "jnp.ceil"}, {"sign", "jnp.sign"},
+        {"logistic", "jax.nn.sigmoid"}, {"stop_gradient", "lax.stop_gradient"},
+        {"round", "jnp.round"}, {"log1p", "jnp.log1p"}, {"expm1", "jnp.expm1"},
+        {"not", "jnp.logical_not"}};
+    static const std::map<std::string, std::string> binary = {
+        {"add", "jnp.add"}, {"add_any", "jnp.add"}, {"sub", "jnp.subtract"},
+        {"mul", "jnp.multiply"}, {"div", "_table_div"}, {"pow", "jnp.power"},
+        {"max", "jnp.maximum"}, {"min", "jnp.minimum"}, {"lt", "jnp.less"},
+        {"le", "jnp.less_equal"}, {"gt", "jnp.greater"}, {"ge", "jnp.greater_equal"},
+        {"eq", "jnp.equal"}, {"ne", "jnp.not_equal"}, {"and", "jnp.logical_and"},
+        {"or", "jnp.logical_or"}, {"rem", "jnp.fmod"}, {"atan2", "jnp.arctan2"}};
+    std::string e;
+    if (unary.count(p) && n == 1) {
+      e = fmt::format("{}({})", unary.at(p), ops[0]);
+    } else if (binary.count(p) && n == 2) {
+      e = fmt::format("{}({}, {})", binary.at(p), ops[0], ops[1]);
+    } else if (p == "convert_element_type" && n == 1) {
+      e = fmt::format("jnp.asarray({}).astype({})", ops[0], py_dtype(dtype));
+    } else if (p == "integer_pow" && n == 1) {
+      e = fmt::format("lax.integer_pow({}, {})", ops[0], params.value("y", 1));
+    } else if (p == "select_n" && n == 3) {
+      e = fmt::format("jnp.where({}, {}, {})", ops[0], ops[2], ops[1]);
+    } else if (p == "iota" && n == 0) {
+      auto shape = ints_of(params.value("shape", json()));
+      std::string sh = "(";
+      for (int s : shape) {
+        auto x = size_expr(s);
+        if (x.empty()) {
+          why = fmt::format("an iota of size {} in the tables (not the head dim or its half)", s);
+          return "";
+        }
+        sh += x + ", ";
+      }
+      e = fmt::format("lax.broadcasted_iota({}, {}), {})", py_dtype(params.value("dtype", dtype)),
+                      sh, params.value("dimension", 0));
+    } else if ((p == "broadcast_in_dim" || p == "expand_dims") && n == 1) {
+      auto out_rank = g.shape(node_value(id)).size();
+      auto bd = ints_of(params.value("broadcast_dimensions", json()));
+      if (p == "expand_dims")
+        bd.clear();
+      std::string axes = "(";
+      for (size_t a = 0; a < out_rank; ++a)
+        if (p == "broadcast_in_dim" ? std::find(bd.begin(), bd.end(), static_cast<int>(a)) == bd.end()
+                                     : false)
+          axes += std::to_string(a) + ", ";
+      if (p == "expand_dims")
+        for (int a : ints_of(params.value("dimensions", json())))
+          axes += std::to_string(a) + ", ";
+      e = fmt::format("_table_expand({}, {}), {})", ops[0], axes, out_rank);
+    } else if (p == "squeeze" && n == 1) {
+      std::string axes = "(";
+      for (int a : ints_of(params.value("dimensions", json())))
+        axes += std::to_string(a) + ", ";
+      e = fmt::format("jnp.squeeze({}, {}))", ops[0], axes);
+    } else if (p == "concatenate" && n >= 1) {
+      std::string list = "[";
+      for (const auto& o : ops)
+        list += o + ", ";
+      e = fmt::format("_table_concat({}], {})", list, params.value("dimension", 0));
+    } else {
+      why = "primitive " + p + " in the tables";
+      return "";
+    }
+    auto name = fmt::format("r{}", id);
+    code += fmt::format("    {} = {}\n", name, e);
+    done[id] = name;
+    return name;
+  }
+};
+
 int64_t fit(int64_t request, int64_t dim, int64_t align) {
   request = std::max<int64_t>(1, request);
   if (dim <= request)
@@ -291,18 +435,13 @@ public:
     auto args = moe::make_workload_args(spec);
     if (args.graph_inputs.size() != g.input_count())
       return std::nullopt;
-    moe::dim_symbols dims(g, args.graph_inputs);
-    dims.set_size_names(args.dim_names, args.reduced_by_value);
-    moe::replay_request req;
-    req.inputs = args.graph_inputs;
-    std::vector<std::string> calls;
-    for (size_t k = 0; k < outs.size(); ++k)
-      for (auto t : {outs[k].cos_t, outs[k].sin_t})
-        if (t.is_node())
-          req.outputs.push_back(t);
-    moe::replay_code tables;
-    if (!req.outputs.empty() && !moe::build_replay(g, dims, req, tables, why))
-      return std::nullopt;
+    const auto& w0 = outs[0];
+    table_emitter tables{g, args.graph_inputs,
+                         fmt::format("{}.shape[-1]", args.graph_inputs[static_cast<size_t>(w0.w)]),
+                         g.shape(value_ref{value_ref::kind::input, w0.w, "", -1}).back()};
+    for (const auto& o : outs)
+      if (g.shape(value_ref{value_ref::kind::input, o.w, "", -1}).back() != tables.d)
+        return std::nullopt;  // one head dim for all projections
     auto table_expr = [&](const value_ref& t, const std::vector<int>& bd, size_t rank) {
       std::string e;
       if (t.is_input()) {
@@ -310,9 +449,7 @@ public:
       } else if (t.is_literal()) {
         e = "jnp.float32(" + t.literal + ")";
       } else {
-        auto it = std::find_if(req.outputs.begin(), req.outputs.end(),
-                               [&](const value_ref& v) { return v.id == t.id && v.what == t.what; });
-        e = tables.outputs[static_cast<size_t>(it - req.outputs.begin())];
+        e = tables.emit(t);
       }
       if (bd.empty())
         return e;
@@ -326,8 +463,7 @@ public:
       }
       return fmt::format("jnp.reshape({}, {}))", e, shape);
     };
-    std::string body = tables.code(4);
-    std::string result;
+    std::string result, calls;
     json projections = json::array();
     int64_t total_n = 0, m_rows = 1, e_dim = 0, d_dim = 0;
     for (size_t k = 0; k < outs.size(); ++k) {
@@ -344,11 +480,15 @@ public:
       e_dim = xs.back();
       d_dim = ws.back();
       total_n += n;
-      body += fmt::format(
+      auto cos_e = table_expr(o.cos_t, o.cos_dims, rank);
+      auto sin_e = table_expr(o.sin_t, o.sin_dims, rank);
+      if (cos_e.empty() || sin_e.empty() || !tables.why.empty())
+        return std::nullopt;
+      calls += fmt::format(
           "    o{} = _rope_mm({}, {}, {}, {}, signs=({:.1f}, {:.1f}), dot_dtype=\"{}\", "
           "acc_round=\"{}\", out_dtype=\"{}\")\n",
           k, args.graph_inputs[static_cast<size_t>(o.x)], args.graph_inputs[static_cast<size_t>(o.w)],
-          table_expr(o.cos_t, o.cos_dims, rank), table_expr(o.sin_t, o.sin_dims, rank),
+          cos_e, sin_e,
           o.sign_first, o.sign_second, o.dot_dtype, o.acc_round, o.out_dtype);
       result += fmt::format("o{}, ", k);
       projections.push_back({{"m", m_rows}, {"n", n}, {"k", e_dim}, {"d", d_dim}});
@@ -363,7 +503,7 @@ public:
                {"k", e_dim},
                {"head_dim", d_dim},
                {"itemsize", outs[0].dot_dtype == "float32" ? 4 : 2}};
-    m.facts["generated"] = "def workload(" + args.signature() + "):\n" + body + "    return " +
+    m.facts["generated"] = "def workload(" + args.signature() + "):\n" + tables.code + calls + "    return " +
                            (outs.size() == 1 ? "o0" : "(" + result + ")") + "\n";
     m.score = 2.5;
     return m;
@@ -374,15 +514,23 @@ public:
     int64_t n_max = 0;
     for (const auto& p : m.facts["projections"])
       n_max = std::max<int64_t>(n_max, p.value("n", 0));
-    json params = {{"block_m", 512},
-                   {"block_n", std::min<int64_t>(n_max, std::max<int64_t>(d, 1024))},
-                   {"block_k", 1024},
-                   {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
-    auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes * 0.6);
-    while (vmem_bytes(m, params) > budget && params["block_k"].get<int64_t>() > 128)
+    // big tiles: x is re-read once per column block and W once per row block, so both
+    // blocks grow together (compute-bound from about 1024 x 2048 on v6e) under a raised
+    // VMEM limit (three quarters of VMEM, within the chip)
+    auto vmem = static_cast<int64_t>(chip.vmem_bytes ? chip.vmem_bytes : chip.scoped_vmem_bytes);
+    auto limit = std::max<int64_t>(std::min<int64_t>(static_cast<int64_t>(chip.scoped_vmem_bytes), vmem),
+                                   std::min<int64_t>(vmem * 3 / 4, int64_t(96) << 20));
+    json params = {{"block_m", 2048},
+                   {"block_n", std::min<int64_t>(n_max, std::max<int64_t>(d, 2048))},
+                   {"block_k", 512},
+                   {"vmem_limit_bytes", limit}};
+    auto budget = static_cast<int64_t>(limit * 0.75);
+    while (vmem_bytes(m, params) > budget && params["block_k"].get<int64_t>() > 256)
       params["block_k"] = params["block_k"].get<int64_t>() / 2;
-    while (vmem_bytes(m, params) > budget && params["block_m"].get<int64_t>() > 64)
+    while (vmem_bytes(m, params) > budget && params["block_m"].get<int64_t>() > 128)
       params["block_m"] = params["block_m"].get<int64_t>() / 2;
+    while (vmem_bytes(m, params) > budget && params["block_n"].get<int64_t>() > 2 * d)
+      params["block_n"] = params["block_n"].get<int64_t>() / 2;
     return params;
   }
 
@@ -448,7 +596,6 @@ public:
       }
       values[key] = std::to_string(params[key].get<int64_t>());
     }
-    values["replay_prelude"] = moe::replay_prelude();
     values["generated"] = m.facts.value("generated", std::string());
     return fill_template("rope_projection.py", values, source, error);
   }

@@ -20,7 +20,27 @@ BLOCK_N = {{block_n}}                  # output columns per block (whole heads)
 BLOCK_K = {{block_k}}                  # contraction per step
 VMEM_LIMIT_BYTES = {{vmem_limit_bytes}}
 
-{{replay_prelude}}
+
+def _table_div(a, b):
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        return a / b
+    return lax.div(*jnp.broadcast_arrays(a, b))
+
+
+def _table_expand(x, axes, rank):
+    """broadcast_in_dim without the broadcast: unit dims where the reference broadcasts."""
+    x = jnp.asarray(x)
+    return x if x.ndim == rank else jnp.expand_dims(x, axes)
+
+
+def _table_concat(xs, axis):
+    xs = [jnp.asarray(x) for x in xs]
+    rank = xs[0].ndim
+    target = [max(x.shape[a] for x in xs) for a in range(rank)]
+    return jnp.concatenate([jnp.broadcast_to(x, tuple(x.shape[a] if a == axis else target[a]
+                                                       for a in range(rank))) for x in xs],
+                           axis=axis)
 
 
 def _fit(request, dim, align):
