@@ -110,6 +110,45 @@ std::optional<double> literal_number(const value_ref& v) {
   return std::nullopt;
 }
 
+// A scalar computed from literals alone (1 / sqrt(128.0) spelled as ops): folded.
+std::optional<double> constant_value(const graph_view& g, const value_ref& v, int depth = 0) {
+  if (v.is_literal())
+    return literal_number(v);
+  if (!v.is_node() || depth > 16 || !g.shape(v).empty())
+    return std::nullopt;
+  auto p = g.primitive(v.id);
+  std::vector<double> x;
+  for (unsigned k = 0; k < g.operand_count(v.id); ++k) {
+    auto c = constant_value(g, g.operand(v.id, k), depth + 1);
+    if (!c)
+      return std::nullopt;
+    x.push_back(*c);
+  }
+  if (x.size() == 1) {
+    if (p == "convert_element_type" || p == "copy")
+      return x[0];
+    if (p == "sqrt")
+      return std::sqrt(x[0]);
+    if (p == "rsqrt")
+      return 1.0 / std::sqrt(x[0]);
+    if (p == "neg")
+      return -x[0];
+  }
+  if (x.size() == 2) {
+    if (p == "mul")
+      return x[0] * x[1];
+    if (p == "div")
+      return x[0] / x[1];
+    if (p == "add")
+      return x[0] + x[1];
+    if (p == "sub")
+      return x[0] - x[1];
+    if (p == "pow")
+      return std::pow(x[0], x[1]);
+  }
+  return std::nullopt;
+}
+
 bool is_neg_inf(const graph_view& g, value_ref v) {
   v = skip_views(g, v);
   if (!v.is_literal())
@@ -256,10 +295,10 @@ bool match_ragged(const graph_view& g, ragged_facts& f, std::string& why) {
         double qscale = 1.0;
         while (other.is_node() && g.primitive(other.id) == "mul") {
           auto a = g.operand(other.id, 0), b = g.operand(other.id, 1);
-          if (auto x = literal_number(b)) {
+          if (auto x = constant_value(g, skip_views(g, b))) {
             qscale *= *x;
             other = skip_views(g, a);
-          } else if (auto y = literal_number(a)) {
+          } else if (auto y = constant_value(g, skip_views(g, a))) {
             qscale *= *y;
             other = skip_views(g, b);
           } else {
@@ -301,7 +340,7 @@ bool match_ragged(const graph_view& g, ragged_facts& f, std::string& why) {
       if ((p == "mul" || p == "div") && g.operand_count(n) == 2) {
         auto a = g.operand(n, 0), b = g.operand(n, 1);
         bool a_scores = a.is_node() && depends_on(g, a, qk);
-        auto lit = literal_number(a_scores ? b : a);
+        auto lit = constant_value(g, skip_views(g, a_scores ? b : a));
         if (lit && (a_scores || p == "mul") && !softmax)
           f.scale = p == "mul" ? f.scale * *lit : f.scale / *lit;
       }
