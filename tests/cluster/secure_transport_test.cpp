@@ -5,6 +5,7 @@
 // - a CURVE client with the cluster's keys gets a reply on the client port; other keys, a
 //   client key the ZAP handler does not know, or no CURVE at all get nothing.
 #include "cluster/cluster_credentials.hpp"
+#include "cluster/curve_handshake_watch.hpp"
 #include "cluster/secure_transport.hpp"
 #include "cluster/tls_refusal_log.hpp"
 
@@ -265,19 +266,23 @@ TEST_F(SecureTransport, TlsClientsWithoutTheClustersCertificateGetNothing) {
   EXPECT_EQ(*sum, 5);
 }
 
-TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
-  node_config cfg{&a_};
-  caf::actor_system sys{cfg};
-  // A port nobody listens on (bound and closed again).
+// A loopback port nobody listens on (bound and closed again).
+uint16_t free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
-  auto r = connect_actor(sys, "127.0.0.1", ntohs(addr.sin_port), 3s);
+  return ntohs(addr.sin_port);
+}
+
+TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
+  node_config cfg{&a_};
+  caf::actor_system sys{cfg};
+  auto r = connect_actor(sys, "127.0.0.1", free_port(), 3s);
   ASSERT_FALSE(r);
   EXPECT_FALSE(authentication_failed(r.error())) << sys.render(r.error());
 }
@@ -354,6 +359,45 @@ TEST_F(CurveTransport, OnlyTheClustersClientsGetAReply) {
   // No CURVE at all.
   auto plain = client_with([](zmq::socket_t&) {});
   EXPECT_EQ(round_trip(server, *plain), "");
+
+  // The clients' side: a watch on the handshake tells accepted from refused.
+  auto verdict = [&](auto configure, const std::string& to) {
+    zmq::socket_t c(ctx, zmq::socket_type::req);
+    c.set(zmq::sockopt::linger, 0);
+    configure(c);
+    curve_handshake_watch watch(ctx, c);
+    c.connect(to);
+    return watch.wait(std::chrono::milliseconds(3000));
+  };
+  using O = curve_handshake_watch::outcome;
+  auto ok = verdict([&](zmq::socket_t& s) { make_curve_client(s, a_); }, endpoint);
+  EXPECT_EQ(ok.what, O::accepted) << ok.message;
+  auto stranger_verdict = verdict(
+    [&](zmq::socket_t& s) {
+      char pub[41], sec[41];
+      ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
+      s.set(zmq::sockopt::curve_serverkey, a_.curve_server_public);
+      s.set(zmq::sockopt::curve_publickey, std::string(pub));
+      s.set(zmq::sockopt::curve_secretkey, std::string(sec));
+    },
+    endpoint);
+  EXPECT_EQ(stranger_verdict.what, O::refused) << stranger_verdict.message;
+  EXPECT_EQ(stranger_verdict.message.rfind("authentication failed", 0), 0u)
+    << stranger_verdict.message;
+  auto other_verdict = verdict([&](zmq::socket_t& s) { make_curve_client(s, b_); }, endpoint);
+  EXPECT_EQ(other_verdict.what, O::refused) << other_verdict.message;
+  EXPECT_EQ(other_verdict.message.rfind("authentication failed", 0), 0u) << other_verdict.message;
+  // Nobody listening: no verdict, not a refusal.
+  std::string nobody = "tcp://127.0.0.1:" + std::to_string(free_port());
+  auto none = [&] {
+    zmq::socket_t c(ctx, zmq::socket_type::req);
+    c.set(zmq::sockopt::linger, 0);
+    make_curve_client(c, a_);
+    curve_handshake_watch watch(ctx, c);
+    c.connect(nobody);
+    return watch.wait(std::chrono::milliseconds(500));
+  }();
+  EXPECT_EQ(none.what, O::timed_out) << none.message;
 
   // The cluster's clients are still served.
   auto good2 = client_with([&](zmq::socket_t& s) { make_curve_client(s, a_); });
