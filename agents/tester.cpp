@@ -199,7 +199,8 @@ public:
     out.setSchemaVersion(schema::SCHEMA_VERSION);
     auto list = out.initCases(static_cast<unsigned>(cases_.size()));
     unsigned next = 0;
-    std::set<uint64_t> used;
+    // 0, 1, 2: the seeds of the node's own test (the worker's defaults); a case adds others.
+    std::set<uint64_t> used = {0, 1, 2};
     for (unsigned i = 0; i < cases_.size(); ++i) {
       const auto& c = cases_[i];
       auto dst = list[i];
@@ -375,8 +376,8 @@ bool choose_tests(schema::TesterRequest::Reader request, schema::TestPlan::Build
 
   plan_writer plan(request);
   plan.add({"fresh inputs",
-            fmt::format("the spec's generators with fresh seeds on {}, at {}", on_configs,
-                        size_text),
+            fmt::format("the spec's generators with seeds the node's own test does not use, "
+                        "on {}, at {}", on_configs, size_text),
             thorough ? limits::thorough_fresh_seeds : limits::fresh_seeds, full, "", 0, ""});
 
   if (!f.free_dims.empty())
