@@ -140,6 +140,38 @@ TEST_F(SecureTransport, SameClusterExchangesATypedRequestOverTls) {
   EXPECT_TRUE(take_log().empty());
 }
 
+// Messages larger than a TLS record (16 KB) and than the socket buffers, several in flight:
+// CAF's OpenSSL streams must carry them whole.
+TEST_F(SecureTransport, LargeMessagesCrossTlsIntact) {
+  node_config server_cfg{&a_};
+  caf::actor_system server{server_cfg};
+  auto echo = server.spawn([]() -> caf::behavior {
+    return {[](const std::string& x) { return x; }};
+  });
+  auto port = publish_actor(server, echo, "127.0.0.1", 0);
+  ASSERT_TRUE(port) << server.render(port.error());
+  {
+    node_config client_cfg{&a_};
+    caf::actor_system client{client_cfg};
+    auto remote = connect_actor(client, "127.0.0.1", *port, 5s);
+    ASSERT_TRUE(remote) << client.render(remote.error());
+    caf::scoped_actor self{client};
+    for (auto [size, count] : {std::pair<size_t, int>{8'000'000, 2}, {1'000'000, 20}}) {
+      std::string msg(size, '\0');
+      for (size_t i = 0; i < size; ++i)
+        msg[i] = static_cast<char>('a' + (i * 7 + size) % 26);
+      for (int i = 0; i < count; ++i)
+        self->send(*remote, msg);
+      int intact = 0;
+      for (int i = 0; i < count; ++i)
+        self->receive([&](const std::string& back) { intact += back == msg; },
+                      caf::after(std::chrono::seconds(30)) >> [] {});
+      EXPECT_EQ(intact, count) << size << " bytes";
+    }
+  }
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
 TEST_F(SecureTransport, AnotherClustersCredentialsAreRefused) {
   server s;
   auto t0 = std::chrono::steady_clock::now();
