@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 
 namespace maxkernel::cli {
@@ -56,6 +57,11 @@ std::vector<std::pair<std::string, std::string>> task_files(const fs::path& spec
   return files;
 }
 
+std::string random_identity() {
+  std::random_device rd;
+  return fmt::format("client-{:08x}{:08x}", rd(), rd());
+}
+
 std::string request_bytes(const std::function<void(schema::ClientRequest::Builder)>& fill) {
   capnp::MallocMessageBuilder msg;
   auto r = msg.initRoot<schema::ClientRequest>();
@@ -85,10 +91,9 @@ bool write_outputs(const std::string& dir, schema::RunFinished::Reader finished,
   return true;
 }
 
-}  // namespace
-
-int run_cluster_optimize(const optimize_options& opts, const std::vector<std::string>& args,
-                         const cluster_client_options& client) {
+// Sets up and connects a DEALER to the supervisor's client port: 0, or the exit code after
+// printing why (2: a bad endpoint or credentials file).
+int connect_client(zmq::socket_t& socket, const cluster_client_options& client) {
   std::string host, error;
   uint16_t port = 0;
   if (!config::parse_host_port(client.endpoint, host, port, error) || port == 0) {
@@ -96,6 +101,66 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
               << (error.empty() ? "a port is needed" : error) << "\n";
     return 2;
   }
+  if (!client.token_file.empty()) {
+    auto creds = cluster::read_cluster_credentials(client.token_file, error);
+    if (!creds) {
+      std::cerr << "error: --token-file: " << error << "\n";
+      return 2;
+    }
+    cluster::make_curve_client(socket, *creds);
+  }
+  socket.set(zmq::sockopt::linger, 0);
+  // A fixed identity: a supervisor restarted with --resume sends the run's words to it
+  // again, and the socket reconnects by itself.
+  socket.set(zmq::sockopt::routing_id, random_identity());
+  socket.connect(fmt::format("tcp://{}:{}", host.find(':') != std::string::npos ? "[" + host + "]" : host, port));
+  return 0;
+}
+
+std::string no_answer(const cluster_client_options& client, bool heard) {
+  return "error: no answer from the supervisor at " + client.endpoint + (heard ? " any more" : "")
+         + (client.token_file.empty() ? "" : " (not running, or authentication failed)") + "\n";
+}
+
+}  // namespace
+
+int run_cluster_status(const cluster_client_options& client) {
+  zmq::context_t context{1};
+  zmq::socket_t socket{context, zmq::socket_type::dealer};
+  try {
+    if (int code = connect_client(socket, client))
+      return code;
+    socket.send(zmq::buffer(request_bytes([](schema::ClientRequest::Builder r) { r.setStatus(); })),
+                zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(static_cast<int64_t>(client.silence_seconds * 1000)));
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::dontwait)) {
+      std::cerr << no_answer(client, false);
+      return 3;
+    }
+    std::string error;
+    auto msg = messages::decoded_message::parse(frame.to_string(), error);
+    if (!msg || msg->root<schema::ClientEvent>().which() != schema::ClientEvent::STATUS) {
+      std::cerr << "error: the supervisor sent no status" << (error.empty() ? "" : ": " + error)
+                << "\n";
+      return 3;
+    }
+    std::cout << msg->root<schema::ClientEvent>().getStatus().cStr();
+    return 0;
+  } catch (const zmq::error_t& e) {
+    std::cerr << "error: --cluster " << client.endpoint << ": " << e.what() << "\n";
+    return 3;
+  } catch (const kj::Exception& e) {
+    std::cerr << "error: the supervisor sent a malformed event: " << e.getDescription().cStr()
+              << "\n";
+    return 3;
+  }
+}
+
+int run_cluster_optimize(const optimize_options& opts, const std::vector<std::string>& args,
+                         const cluster_client_options& client) {
+  std::string error;
   std::error_code ec;
   if (!fs::exists(opts.spec, ec)) {
     std::cerr << "error: " << opts.spec << ": no such file or directory\n";
@@ -118,16 +183,8 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
   zmq::context_t context{1};
   zmq::socket_t socket{context, zmq::socket_type::dealer};
   try {
-    if (!client.token_file.empty()) {
-      auto creds = cluster::read_cluster_credentials(client.token_file, error);
-      if (!creds) {
-        std::cerr << "error: --token-file: " << error << "\n";
-        return 2;
-      }
-      cluster::make_curve_client(socket, *creds);
-    }
-    socket.set(zmq::sockopt::linger, 0);
-    socket.connect(fmt::format("tcp://{}:{}", host.find(':') != std::string::npos ? "[" + host + "]" : host, port));
+    if (int code = connect_client(socket, client))
+      return code;
     auto submit = request_bytes([&](schema::ClientRequest::Builder r) {
       auto s = r.initSubmit();
       s.setCommand("optimize");
@@ -157,10 +214,7 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
       if (!got) {
         auto now = std::chrono::steady_clock::now();
         if (now - last_word > silence) {
-          std::cerr << "error: no answer from the supervisor at " << client.endpoint
-                    << (heard ? " any more" : "")
-                    << (client.token_file.empty() ? "" : " (not running, or authentication failed)")
-                    << "\n";
+          std::cerr << no_answer(client, heard);
           return 3;
         }
         // The run may print nothing for minutes; a status request shows the supervisor lives.

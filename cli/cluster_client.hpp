@@ -23,4 +23,8 @@ struct cluster_client_options {
 int run_cluster_optimize(const optimize_options& opts, const std::vector<std::string>& args,
                          const cluster_client_options& client);
 
+// `maxkernel cluster status --cluster HOST:PORT`: the supervisor's view of its nodes and
+// work on stdout. 0, 2 (bad endpoint or credentials), 3 (no answer).
+int run_cluster_status(const cluster_client_options& client);
+
 }  // namespace maxkernel::cli

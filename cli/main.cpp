@@ -188,6 +188,15 @@ int main(int argc, char** argv) {
 
   maxkernel::cli::console_options attach;
   maxkernel::cli::cluster_init_command cluster_init(app);
+  maxkernel::cli::cluster_client_options status_client;
+  status_client.silence_seconds = 10;
+  auto* status_cmd = app.get_subcommand("cluster")->add_subcommand(
+    "status", "what a running supervisor says of its nodes and work");
+  status_cmd->add_option("--cluster", status_client.endpoint,
+                         "the supervisor's client port HOST:PORT")
+    ->required();
+  status_cmd->add_option("--token-file", status_client.token_file,
+                         "the cluster's credentials (cluster init DIR: DIR/token)");
 
   maxkernel::cli::supervisor_command_options supervisor;
   auto* supervisor_cmd = app.add_subcommand(
@@ -205,6 +214,9 @@ int main(int argc, char** argv) {
                              "the cluster's credentials (cluster init DIR: DIR/token)");
   supervisor_cmd->add_option("--deadline", supervisor.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
+  supervisor_cmd->add_flag("--resume", supervisor.resume,
+                           "run again the submissions a killed supervisor left unfinished, for "
+                           "their clients (nothing that finished is evaluated again)");
 
   maxkernel::cli::node_command_options node;
   auto* node_cmd = app.add_subcommand(
@@ -272,6 +284,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_optimize(opt);
     if (cluster_init.selected())
       return cluster_init.run();
+    if (*status_cmd)
+      return maxkernel::cli::run_cluster_status(status_client);
     if (*supervisor_cmd)
       return maxkernel::cli::run_supervisor(supervisor);
     if (*node_cmd)

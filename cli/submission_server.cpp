@@ -122,6 +122,11 @@ struct submission_server::impl {
   std::unique_ptr<cluster::curve_server_auth> auth;
   zmq::socket_t router{context, zmq::socket_type::router};
   outbox box;
+  struct pending_frame {
+    std::string identity, bytes;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::deque<pending_frame> unsent;  // frames for clients not connected, in order
   std::vector<std::unique_ptr<submission>> runs;
   uint64_t next_run = 1;
 
@@ -132,7 +137,12 @@ struct submission_server::impl {
   }
 
   void on_request(const std::string& identity, const std::string& bytes);
-  void on_submit(const std::string& identity, schema::Submission::Reader sub);
+  void on_submit(const std::string& identity, const std::string& request_bytes,
+                 schema::Submission::Reader sub);
+  void start_run(const std::string& identity, const fs::path& run_dir,
+                 schema::Submission::Reader sub, bool resume);
+  void resume_unfinished();
+  std::deque<messages::decoded_message> resumed_messages;  // their submissions, read by runs
   void status(const std::string& identity);
 };
 
@@ -173,6 +183,13 @@ int run_submission(node_session& session, optimize_options opts, const std::stri
                              started, std::move(io));
 }
 
+std::string read_whole(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream data;
+  data << in.rdbuf();
+  return data.str();
+}
+
 void read_outputs(const fs::path& dir, std::vector<std::pair<std::string, std::string>>& files) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -180,17 +197,16 @@ void read_outputs(const fs::path& dir, std::vector<std::pair<std::string, std::s
   for (auto& entry : fs::recursive_directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec))
       continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream data;
-    data << in.rdbuf();
-    files.emplace_back(fs::relative(entry.path(), dir, ec).string(), data.str());
+    files.emplace_back(fs::relative(entry.path(), dir, ec).string(), read_whole(entry.path()));
   }
 }
 
 }  // namespace
 
 void submission_server::impl::on_submit(const std::string& identity,
+                                        const std::string& request_bytes,
                                         schema::Submission::Reader sub) {
+  std::string error;
   if (std::string(sub.getCommand().cStr()) != "optimize")
     return refuse(identity, fmt::format("unknown command '{}': a cluster runs optimize",
                                         sub.getCommand().cStr()));
@@ -228,9 +244,23 @@ void submission_server::impl::on_submit(const std::string& identity,
     if (!out)
       return refuse(identity, "cannot write " + target.string());
   }
-  if (!sub.getSpecIsDirectory())
-    spec_path = task_root / name;
+  // Kept for --resume: a restarted supervisor runs it again for the same client.
+  if (!write_output((run_dir / "request.bin").string(), request_bytes, error)
+      || !write_output((run_dir / "client").string(), identity, error))
+    return refuse(identity, error);
+  start_run(identity, run_dir, sub, false);
+}
 
+void submission_server::impl::start_run(const std::string& identity, const fs::path& run_dir,
+                                        schema::Submission::Reader sub, bool resume) {
+  // A run refused now is never resumed.
+  auto refuse_run = [&](const std::string& why) {
+    std::string error;
+    write_output((run_dir / "exit_code").string(), "2\n", error);
+    refuse(identity, why);
+  };
+  std::string name = sub.getSpecName().cStr();
+  auto spec_path = run_dir / "task" / name;
   // The options, read by the same parser as the command line's.
   optimize_options opts;
   CLI::App parser{"optimize"};
@@ -238,18 +268,20 @@ void submission_server::impl::on_submit(const std::string& identity,
   std::vector<std::string> args;
   for (auto a : sub.getArgs())
     args.emplace_back(a.cStr());
+  if (resume)
+    args.emplace_back("--resume");
   args.push_back(spec_path.string());
   std::reverse(args.begin(), args.end());  // CLI11 reads the vector from its back
   try {
     parser.parse(args);
   } catch (const CLI::ParseError& e) {
-    return refuse(identity, std::string("options: ") + e.what());
+    return refuse_run( std::string("options: ") + e.what());
   }
   if (opts.mode == "hitl")
-    return refuse(identity, "--mode hitl is not run by a cluster yet: run it embedded "
+    return refuse_run( "--mode hitl is not run by a cluster yet: run it embedded "
                             "(maxkernel optimize --mode hitl) and attach shells to it");
   if (!opts.out.empty() || !opts.json.empty() || !opts.state_dir.empty())
-    return refuse(identity, "--out, --json and --state-dir name the client's files: the client "
+    return refuse_run( "--out, --json and --state-dir name the client's files: the client "
                             "keeps them");
   opts.spec = spec_path.string();
   opts.out = sub.getWantOutputs() ? (run_dir / "out").string() : "";
@@ -259,7 +291,7 @@ void submission_server::impl::on_submit(const std::string& identity,
   run->identity = identity;
   auto* r = run.get();
   std::string out_shown = sub.getOutShown().cStr();
-  r->thread = std::thread([this, r, opts, out_shown] {
+  r->thread = std::thread([this, r, opts, out_shown, run_dir] {
     std::string json;
     int code;
     {
@@ -272,6 +304,8 @@ void submission_server::impl::on_submit(const std::string& identity,
     std::vector<std::pair<std::string, std::string>> files;
     if (!opts.out.empty())
       read_outputs(opts.out, files);
+    std::string error;
+    write_output((run_dir / "exit_code").string(), std::to_string(code) + "\n", error);
     box.push(r->identity, event_bytes([&](schema::ClientEvent::Builder e) {
                auto f = e.initFinished();
                f.setExitCode(code);
@@ -287,6 +321,38 @@ void submission_server::impl::on_submit(const std::string& identity,
     r->done = true;
   });
   runs.push_back(std::move(run));
+}
+
+void submission_server::impl::resume_unfinished() {
+  std::error_code ec;
+  auto root = fs::path(config.state_dir) / "submissions";
+  if (!fs::is_directory(root, ec))
+    return;
+  std::vector<fs::path> dirs;
+  for (auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory(ec) && fs::exists(entry.path() / "request.bin", ec)
+        && !fs::exists(entry.path() / "exit_code", ec))
+      dirs.push_back(entry.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (auto& dir : dirs) {
+    std::string error;
+    auto bytes = read_whole(dir / "request.bin");
+    auto msg = messages::decoded_message::parse(bytes, error);
+    if (!msg)
+      continue;
+    try {
+      auto req = msg->root<schema::ClientRequest>();
+      if (!req.isSubmit())
+        continue;
+      std::cerr << "supervisor: resuming " << dir.filename().string() << "\n";
+      resumed_messages.push_back(std::move(*msg));
+      start_run(read_whole(dir / "client"), dir,
+                resumed_messages.back().root<schema::ClientRequest>().getSubmit(), true);
+    } catch (const kj::Exception& e) {
+      std::cerr << "supervisor: cannot resume " << dir.string() << ": "
+                << e.getDescription().cStr() << "\n";
+    }
+  }
 }
 
 void submission_server::impl::status(const std::string& identity) {
@@ -306,7 +372,7 @@ void submission_server::impl::on_request(const std::string& identity, const std:
                                           req.getSchemaVersion(), schema::SCHEMA_VERSION));
     switch (req.which()) {
       case schema::ClientRequest::SUBMIT:
-        return on_submit(identity, req.getSubmit());
+        return on_submit(identity, bytes, req.getSubmit());
       case schema::ClientRequest::STATUS:
         return status(identity);
     }
@@ -350,6 +416,8 @@ bool submission_server::bind(std::string& error) {
 
 void submission_server::serve(const std::atomic<bool>& stop) {
   auto& io = *impl_;
+  if (io.config.resume)
+    io.resume_unfinished();
   while (!stop) {
     zmq::pollitem_t items[] = {{io.router.handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -363,14 +431,23 @@ void submission_server::serve(const std::atomic<bool>& stop) {
           && frames.size() == 2)
         io.on_request(frames[0].to_string(), frames[1].to_string());
     }
-    for (auto& [identity, bytes] : io.box.take()) {
+    // A client not connected (yet: it reconnects to a restarted supervisor by itself) keeps
+    // its frames for a minute.
+    auto now = std::chrono::steady_clock::now();
+    for (auto& [identity, bytes] : io.box.take())
+      io.unsent.push_back({std::move(identity), std::move(bytes), now});
+    std::deque<impl::pending_frame> keep;
+    for (auto& f : io.unsent) {
+      bool sent = false;
       try {
-        std::array<zmq::const_buffer, 2> out{zmq::buffer(identity), zmq::buffer(bytes)};
-        zmq::send_multipart(io.router, out, zmq::send_flags::dontwait);
+        std::array<zmq::const_buffer, 2> out{zmq::buffer(f.identity), zmq::buffer(f.bytes)};
+        sent = zmq::send_multipart(io.router, out, zmq::send_flags::dontwait).has_value();
       } catch (const zmq::error_t&) {
-        // The client went away: its run goes on (its results are in the store).
       }
+      if (!sent && now - f.since < std::chrono::minutes(1))
+        keep.push_back(std::move(f));
     }
+    io.unsent = std::move(keep);
     for (auto it = io.runs.begin(); it != io.runs.end();) {
       if ((*it)->done) {
         (*it)->thread.join();

@@ -19,6 +19,9 @@ struct submission_server_config {
   std::string endpoint;    // tcp://HOST:PORT (port * : any free port)
   std::string state_dir;   // the evaluation store, search graphs and submissions/
   std::string token_file;  // "": no CURVE
+  // Runs the submissions a killed supervisor left unfinished again (with --resume: nothing
+  // that finished is evaluated again), for the clients that sent them.
+  bool resume = false;
 };
 
 class submission_server {

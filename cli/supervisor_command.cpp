@@ -95,6 +95,7 @@ int run_supervisor(const supervisor_command_options& opts) {
                                                        : std::to_string(cfg.shell_listen.port));
   sc.state_dir = cfg.state_dir;
   sc.token_file = cfg.token_file;
+  sc.resume = opts.resume;
   submission_server server(session, sc);
   if (!server.bind(error)) {
     std::cerr << "error: " << error << "\n";

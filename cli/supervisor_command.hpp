@@ -15,6 +15,7 @@ struct supervisor_command_options {
   std::string state_dir;
   std::string token_file;
   double deadline_seconds = 600;
+  bool resume = false;  // run again what a killed supervisor left unfinished
 };
 
 // 0 after a clean stop; 2 bad input (config, flags, credentials, a port in use).
