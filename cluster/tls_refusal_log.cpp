@@ -71,7 +71,15 @@ std::string reason_of(SSL* ssl, int error_kind, bool we_verify_peer_as) {
   unsigned long e = ERR_peek_last_error();
   if (e != 0) {
     const char* r = ERR_reason_error_string(e);
-    return fmt::format("TLS handshake failed ({})", r ? r : "unknown reason");
+    std::string reason = r ? r : "unknown reason";
+    // The peer's alert about our certificate: it trusts another CA.
+    if (reason.find("unknown ca") != std::string::npos
+        || reason.find("bad certificate") != std::string::npos
+        || reason.find("certificate unknown") != std::string::npos)
+      return fmt::format("it does not trust this cluster's certificate: another cluster's "
+                         "credentials? ({})",
+                         reason);
+    return fmt::format("TLS handshake failed ({})", reason);
   }
   if (error_kind == SSL_ERROR_SYSCALL)
     return "the connection closed during the TLS handshake";
@@ -123,24 +131,47 @@ void note_refusal(const peer& p, const std::string& reason) {
     std::cerr << line << '\n';
 }
 
-// CAF calls SSL_accept again on a connection whose handshake failed (its read and its write
-// path each try): a mark on the SSL object reports each connection once.
-int reported_index() {
-  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+// What we keep per connection, on the SSL object itself: the peer, read at the first
+// handshake call while the socket is surely connected (a refusing peer may have hung up by
+// the time the failure shows), and whether the failure was reported (CAF calls SSL_accept
+// again on a connection whose handshake failed: its read and its write path each try).
+struct connection_note {
+  peer who;
+  bool reported = false;
+};
+
+void free_note(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<connection_note*>(ptr);
+}
+
+int note_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_note);
   return index;
 }
 
+connection_note* note_of(SSL* ssl) {
+  auto* note = static_cast<connection_note*>(SSL_get_ex_data(ssl, note_index()));
+  if (!note) {
+    note = new connection_note{peer_of(ssl), false};
+    if (!SSL_set_ex_data(ssl, note_index(), note)) {
+      delete note;
+      return nullptr;
+    }
+  }
+  return note;
+}
+
 // A failure not reported yet for this connection.
-bool failed(SSL* ssl, int ret, int& kind) {
+bool failed(SSL* ssl, int ret, int& kind, connection_note* note) {
   if (ret == 1)
     return false;
   kind = SSL_get_error(ssl, ret);
   if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE)
     return false;
-  if (SSL_get_ex_data(ssl, reported_index()) != nullptr)
+  if (note && note->reported)
     return false;
-  static char mark;
-  SSL_set_ex_data(ssl, reported_index(), &mark);
+  if (note)
+    note->reported = true;
   return true;
 }
 
@@ -175,22 +206,22 @@ extern "C" {
 __attribute__((visibility("default"))) int SSL_accept(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn accept = real("SSL_accept");
+  connection_note* note = note_of(ssl);
   int ret = accept(ssl);
   int kind = 0;
-  if (failed(ssl, ret, kind)) {
-    peer p = peer_of(ssl);
-    note_refusal(p, reason_of(ssl, kind, false));
-  }
+  if (failed(ssl, ret, kind, note))
+    note_refusal(note ? note->who : peer_of(ssl), reason_of(ssl, kind, false));
   return ret;
 }
 
 __attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn connect = real("SSL_connect");
+  connection_note* note = note_of(ssl);
   int ret = connect(ssl);
   int kind = 0;
-  if (failed(ssl, ret, kind)) {
-    peer p = peer_of(ssl);
+  if (failed(ssl, ret, kind, note)) {
+    peer p = note ? note->who : peer_of(ssl);
     std::string why = reason_of(ssl, kind, true);
     auto& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
