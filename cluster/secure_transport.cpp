@@ -12,7 +12,14 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
 #include <iostream>
 #include <thread>
 
@@ -133,15 +140,31 @@ void make_curve_client(zmq::socket_t& socket, const cluster_credentials& creds) 
 }
 
 struct curve_server_auth::impl {
+  using clock = std::chrono::steady_clock;
+
   zmq::socket_t zap;
+  zmq::socket_t events;               // the watched server socket's monitor, if any
+  zmq::socket_t* watched = nullptr;
   std::string client_key;  // 32 bytes, binary: what ZAP requests carry
   log_function log;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> admitted{0};
   std::atomic<uint64_t> refused{0};
   std::thread thread;
+  // Monitor state (handler thread only): the peer of each accepted fd, and a handshake
+  // failure waiting for the DISCONNECTED event of its connection (libzmq sends the two in a
+  // row from its I/O thread).
+  std::map<int, std::string> peers;
+  std::optional<uint32_t> pending_failure;
+  // A refused client reconnects every 100 ms: each host is logged once a minute per reason.
+  struct recent_host {
+    clock::time_point logged;
+    uint64_t left_out = 0;
+  };
+  std::map<std::string, recent_host> recent;
 
-  impl(zmq::context_t& context, const cluster_credentials& creds, log_function f)
+  impl(zmq::context_t& context, const cluster_credentials& creds, log_function f,
+       zmq::socket_t* server)
     : zap(context, zmq::socket_type::rep), log(std::move(f)) {
     uint8_t key[32];
     if (creds.curve_client_public.size() != 40
@@ -152,24 +175,65 @@ struct curve_server_auth::impl {
       log = [](const std::string& line) { std::cerr << line << '\n'; };
     zap.set(zmq::sockopt::linger, 0);
     zap.bind("inproc://zeromq.zap.01");
+    if (server) {
+      static std::atomic<unsigned> counter{0};
+      std::string endpoint = fmt::format("inproc://maxkernel-curve-server-{}", counter++);
+      if (zmq_socket_monitor(server->handle(), endpoint.c_str(),
+                             ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED
+                               | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                               | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+          != 0)
+        throw zmq::error_t();
+      watched = server;
+      events = zmq::socket_t(context, zmq::socket_type::pair);
+      events.set(zmq::sockopt::linger, 0);
+      events.connect(endpoint);
+    }
+  }
+
+  ~impl() {
+    if (watched)
+      zmq_socket_monitor(watched->handle(), nullptr, 0);
+  }
+
+  // One line per host, reason and minute; `host` is the peer's address without its port.
+  void refuse(const std::string& host, const std::string& why, const std::string& line) {
+    refused.fetch_add(1);
+    auto now = clock::now();
+    auto [it, fresh] = recent.try_emplace(host + '|' + why, recent_host{now, 0});
+    if (!fresh && now - it->second.logged < std::chrono::minutes(1)) {
+      ++it->second.left_out;
+      return;
+    }
+    std::string more = it->second.left_out > 0
+                         ? fmt::format(" ({} more such refusals of this host in the last minute)",
+                                       it->second.left_out)
+                         : std::string();
+    it->second = recent_host{now, 0};
+    log(line + more);
   }
 
   void serve() {
     while (!stop.load()) {
-      zmq::pollitem_t item{zap.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) <= 0)
+      zmq::pollitem_t items[2] = {{zap.handle(), 0, ZMQ_POLLIN, 0},
+                                  {events.handle(), 0, ZMQ_POLLIN, 0}};
+      if (zmq::poll(items, watched ? 2 : 1, std::chrono::milliseconds(50)) <= 0)
         continue;
-      std::vector<zmq::message_t> frames;
-      while (true) {
-        zmq::message_t m;
-        if (!zap.recv(m))
-          break;
-        bool more = m.more();
-        frames.push_back(std::move(m));
-        if (!more)
-          break;
+      if (items[0].revents & ZMQ_POLLIN) {
+        std::vector<zmq::message_t> frames;
+        while (true) {
+          zmq::message_t m;
+          if (!zap.recv(m))
+            break;
+          bool more = m.more();
+          frames.push_back(std::move(m));
+          if (!more)
+            break;
+        }
+        answer(frames);
       }
-      answer(frames);
+      if (watched && (items[1].revents & ZMQ_POLLIN))
+        on_event();
     }
   }
 
@@ -187,10 +251,11 @@ struct curve_server_auth::impl {
       if (!ok) {
         status = "400";
         reason = "not a client of this cluster";
-        refused.fetch_add(1);
-        log(fmt::format("client port: refused a peer from {} ({}): {}", text(3), mechanism,
-                        mechanism == "CURVE" ? "its CURVE key is not this cluster's client key"
-                                             : "it does not use CURVE"));
+        std::string why = mechanism == "CURVE" ? "its CURVE key is not this cluster's client key"
+                                               : "it does not use CURVE";
+        refuse(text(3), why,
+               fmt::format("client port: refused a peer from {} ({}): {}", text(3), mechanism,
+                           why));
       } else {
         admitted.fetch_add(1);
       }
@@ -200,11 +265,75 @@ struct curve_server_auth::impl {
       zap.send(zmq::buffer(reply[i]),
                i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
+
+  // Handshakes that fail before any ZAP request (another cluster's server key, no CURVE).
+  void on_event() {
+    zmq::message_t head;
+    zmq::message_t where;
+    if (!events.recv(head) || !head.more() || !events.recv(where) || head.size() < 6)
+      return;
+    uint16_t event = 0;
+    uint32_t value = 0;
+    std::memcpy(&event, head.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
+    int fd = static_cast<int>(value);
+    switch (event) {
+      case ZMQ_EVENT_ACCEPTED:
+        // Read now: by the time the handshake fails the socket may be gone.
+        peers[fd] = peer_address(fd);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        pending_failure = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? value : 0;
+        break;
+      case ZMQ_EVENT_DISCONNECTED: {
+        auto it = peers.find(fd);
+        std::string address = it == peers.end() ? std::string("unknown") : it->second;
+        if (it != peers.end())
+          peers.erase(it);
+        if (!pending_failure)
+          break;
+        uint32_t code = *pending_failure;
+        pending_failure.reset();
+        std::string why =
+          code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+            ? "its CURVE handshake does not decrypt with this cluster's server key (another "
+              "cluster's token?)"
+          : code == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? "it does not use CURVE"
+          : code == 0 ? "the connection broke during the CURVE handshake"
+                      : fmt::format("CURVE handshake failed (ZeroMQ protocol error {:#x})", code);
+        std::string host = address.substr(0, address.rfind(':'));
+        refuse(host, why, fmt::format("client port: refused a peer from {}: {}", address, why));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  static std::string peer_address(int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return "unknown";
+    char host[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+      ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+      return fmt::format("{}:{}", host, ntohs(in->sin_port));
+    }
+    if (addr.ss_family == AF_INET6) {
+      auto* in = reinterpret_cast<sockaddr_in6*>(&addr);
+      ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
+      return fmt::format("[{}]:{}", host, ntohs(in->sin6_port));
+    }
+    return "unknown";
+  }
 };
 
 curve_server_auth::curve_server_auth(zmq::context_t& context, const cluster_credentials& creds,
-                                     log_function log)
-  : impl_(std::make_unique<impl>(context, creds, std::move(log))) {
+                                     log_function log, zmq::socket_t* server)
+  : impl_(std::make_unique<impl>(context, creds, std::move(log), server)) {
   impl_->thread = std::thread([p = impl_.get()] { p->serve(); });
 }
 

@@ -80,20 +80,25 @@ void make_curve_client(zmq::socket_t& socket, const cluster_credentials& creds);
 // constructor: construct it before binding any make_curve_server socket of that context.
 // It admits CURVE clients presenting the cluster's client public key and refuses every
 // other, logging the refused peer's address through `log`. Requests from sockets of other
-// ZAP domains are admitted untouched (not ours to judge). One per context; it stops its
-// thread when destroyed (destroy it before the context).
+// ZAP domains are admitted untouched (not ours to judge). With `server` (the client port's
+// socket, not bound yet; it must outlive this object) it also watches that socket's
+// handshakes, to log the peers refused before any ZAP request: another cluster's clients
+// (their handshake does not decrypt) and clients without CURVE. A host refused for one reason
+// is logged at most once a minute (a refused client reconnects every 100 ms). One per context; it
+// stops its thread when destroyed (destroy it before the context and the server socket).
 class curve_server_auth {
 public:
   using log_function = std::function<void(const std::string&)>;
 
   curve_server_auth(zmq::context_t& context, const cluster_credentials& creds,
-                    log_function log = {});  // default log: one line on stderr
+                    log_function log = {},  // default log: one line on stderr
+                    zmq::socket_t* server = nullptr);
   ~curve_server_auth();
   curve_server_auth(const curve_server_auth&) = delete;
   curve_server_auth& operator=(const curve_server_auth&) = delete;
 
-  uint64_t admitted() const;
-  uint64_t refused() const;
+  uint64_t admitted() const;  // ZAP requests admitted
+  uint64_t refused() const;   // peers refused (ZAP and, with `server`, failed handshakes)
 
 private:
   struct impl;
