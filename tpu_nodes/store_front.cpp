@@ -14,6 +14,9 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <functional>
+#include <vector>
+
 namespace maxkernel::tpu_nodes {
 
 namespace {
@@ -25,11 +28,12 @@ struct front_state {
   store_front_config config;
   messages::tpu_node_actor inner;
   // What the nodes behind run: part of every key. Learnt from the first node that describes
-  // itself; until then nothing is looked up (results are still recorded, under the key
-  // their node computed).
+  // itself; evaluations wait for it (a restarted supervisor must not send again what its
+  // store holds). If no node can say, they go on without a lookup.
   std::string jax_version;
   std::string backend;
   bool asking = false;
+  std::vector<std::function<void()>> waiting;
   key_memo keys;
   uint64_t hits = 0;
   uint64_t misses = 0;
@@ -38,27 +42,40 @@ struct front_state {
 
 using front_actor = caf::stateful_actor<front_state>;
 
+void release_waiting(front_actor* self) {
+  auto waiting = std::move(self->state.waiting);
+  self->state.waiting.clear();
+  for (auto& go : waiting)
+    go();
+}
+
 void learn_version(front_actor* self) {
   auto& st = self->state;
   if (!st.jax_version.empty() || st.asking)
     return;
   st.asking = true;
-  self->request(st.inner, st.config.reply_margin, messages::info_atom::value)
+  // The dispatcher keeps the question until a node has joined.
+  self->request(st.inner, st.config.default_deadline, messages::info_atom::value)
     .then(
       [self](payload& p) {
         auto& st = self->state;
         st.asking = false;
         std::string error;
-        auto msg = open_checked<schema::NodeInfo>(p.bytes, error);
-        if (!msg)
-          return;
-        auto info = msg->root<schema::NodeInfo>();
-        if (info.getJaxVersion().size() > 0) {
-          st.jax_version = info.getJaxVersion().cStr();
-          st.backend = info.getBackend().cStr();
+        try {
+          auto msg = open_checked<schema::NodeInfo>(p.bytes, error);
+          if (msg) {
+            auto info = msg->root<schema::NodeInfo>();
+            st.jax_version = info.getJaxVersion().cStr();
+            st.backend = info.getBackend().cStr();
+          }
+        } catch (const kj::Exception&) {
         }
+        release_waiting(self);
       },
-      [self](caf::error&) { self->state.asking = false; });
+      [self](caf::error&) {
+        self->state.asking = false;
+        release_waiting(self);
+      });
 }
 
 // The request's key, once the version is known ("" before, or for a request that cannot be
@@ -102,10 +119,8 @@ void record(front_actor* self, const payload& result, const payload& request) {
   }
 }
 
-caf::response_promise evaluate(front_actor* self, payload& request, uint32_t deadline_ms) {
+void answer(front_actor* self, caf::response_promise rp, payload request, uint32_t deadline_ms) {
   auto& st = self->state;
-  auto rp = self->make_response_promise();
-  learn_version(self);
   std::string candidate_id;
   auto key = key_of(self, request, candidate_id);
   if (!key.empty() && st.config.store) {
@@ -115,7 +130,7 @@ caf::response_promise evaluate(front_actor* self, payload& request, uint32_t dea
       if (error.empty()) {
         ++st.hits;
         rp.deliver(std::move(answer));
-        return rp;
+        return;
       }
     }
   }
@@ -130,6 +145,18 @@ caf::response_promise evaluate(front_actor* self, payload& request, uint32_t dea
         rp.deliver(std::move(result));
       },
       [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+}
+
+caf::response_promise evaluate(front_actor* self, payload& request, uint32_t deadline_ms) {
+  auto rp = self->make_response_promise();
+  if (!self->state.jax_version.empty()) {
+    answer(self, rp, std::move(request), deadline_ms);
+    return rp;
+  }
+  self->state.waiting.push_back([self, rp, request, deadline_ms]() mutable {
+    answer(self, rp, std::move(request), deadline_ms);
+  });
+  learn_version(self);
   return rp;
 }
 
