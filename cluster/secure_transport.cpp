@@ -1,6 +1,6 @@
 #include "cluster/secure_transport.hpp"
 
-#include "cluster/tls_refusal_log.hpp"
+#include "cluster/tls_handshake_guard.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -18,9 +18,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <optional>
-#include <iostream>
 #include <thread>
 
 namespace maxkernel::cluster {
@@ -95,21 +95,26 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
           result = caf::actor_cast<caf::actor>(std::move(ptr));
       },
       [&](caf::error& err) {
-        if (tls && handshake_refused(err)) {
-          std::string why = last_tls_connect_failure(port);
+        auto failure = tls ? last_tls_connect_failure(port) : tls_connect_failure{};
+        if (tls && handshake_refused(err) && failure.timed_out) {
+          result = caf::make_error(caf::sec::request_timeout,
+                                   fmt::format("no answer from {}:{}: {}", host, port,
+                                               failure.reason));
+        } else if (tls && handshake_refused(err)) {
+          std::string why = failure.reason;
           if (why.empty())
             why = "the peer refused our certificate (another cluster's credentials?) or "
                   "speaks no TLS";
           result = caf::make_error(caf::sec::disconnect_during_handshake,
                                    fmt::format("{}: the TLS handshake with {}:{} failed: {}",
                                                auth_failed_prefix, host, port, why));
-        }
-        else if (err == caf::sec::request_timeout)
+        } else if (err == caf::sec::request_timeout) {
           result = caf::make_error(
             caf::sec::request_timeout,
             fmt::format("no answer from {}:{} within {} ms", host, port, timeout.count()));
-        else
+        } else {
           result = std::move(err);
+        }
       });
   return result;
 }

@@ -7,7 +7,7 @@
 #include "cluster/cluster_credentials.hpp"
 #include "cluster/curve_handshake_watch.hpp"
 #include "cluster/secure_transport.hpp"
-#include "cluster/tls_refusal_log.hpp"
+#include "cluster/tls_handshake_guard.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -318,6 +318,58 @@ TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
   auto r = connect_actor(sys, "127.0.0.1", free_port(), 3s);
   ASSERT_FALSE(r);
   EXPECT_FALSE(authentication_failed(r.error())) << sys.render(r.error());
+}
+
+// A peer that accepts (the kernel completes the TCP handshake on a listening socket) and
+// never answers: connect_actor gives up at its timeout instead of waiting forever.
+TEST_F(SecureTransport, AStalledPeerTimesOut) {
+  // CAF busy-loops while a handshake waits and cannot shut down until it ends: the
+  // handshake deadline ends it.
+  set_tls_handshake_deadline(1s);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  {
+    node_config cfg{&a_};
+    caf::actor_system sys{cfg};
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = connect_actor(sys, "127.0.0.1", ntohs(addr.sin_port), 500ms);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), caf::sec::request_timeout) << sys.render(r.error());
+    EXPECT_FALSE(authentication_failed(r.error()));
+    EXPECT_GE(waited, 450ms);
+    EXPECT_LT(waited, 3s);
+  }  // the system shuts down once the handshake passes its deadline
+  ::close(fd);
+  set_tls_handshake_deadline(5s);
+}
+
+// A peer that connects to the node port and sends nothing is closed at the deadline, and
+// the publisher keeps serving.
+TEST_F(SecureTransport, AnIdleConnectionIsClosedAtTheHandshakeDeadline) {
+  set_tls_handshake_deadline(500ms);
+  server s;
+  take_log();
+  int fd = tcp_connect(s.port);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string answer = drain(fd);  // until the server closes, at most 2 s
+  auto waited = std::chrono::steady_clock::now() - t0;
+  ::close(fd);
+  EXPECT_TRUE(answer.empty() || static_cast<unsigned char>(answer[0]) == 21);
+  EXPECT_GE(waited, 400ms);
+  EXPECT_LT(waited, 1900ms);
+  auto lines = take_log();
+  EXPECT_TRUE(logged(lines, "did not complete within 500 ms")) << ::testing::PrintToString(lines);
+  set_tls_handshake_deadline(5s);
+  auto sum = ask(s.port, &a_);
+  ASSERT_TRUE(sum) << s.sys.render(sum.error());
+  EXPECT_EQ(*sum, 5);
 }
 
 // ---- ZeroMQ CURVE -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-#include "cluster/tls_refusal_log.hpp"
+#include "cluster/tls_handshake_guard.hpp"
 
 #include <fmt/format.h>
 #include <openssl/err.h>
@@ -18,12 +18,8 @@
 
 namespace maxkernel::cluster {
 
-namespace {
-
-using handshake_fn = int (*)(SSL*);
-
-handshake_fn real(const char* name) {
-  // The definition after ours in lookup order: libssl's.
+// The definition after ours in lookup order: libssl's.
+static void* real_symbol(const char* name) {
   void* f = dlvsym(RTLD_NEXT, name, "OPENSSL_3.0.0");
   if (!f)
     f = dlsym(RTLD_NEXT, name);
@@ -31,8 +27,14 @@ handshake_fn real(const char* name) {
     std::cerr << "maxkernel: cannot find OpenSSL's " << name << ": " << dlerror() << "\n";
     std::abort();
   }
-  return reinterpret_cast<handshake_fn>(f);
+  return f;
 }
+
+namespace {
+
+using handshake_fn = int (*)(SSL*);
+
+handshake_fn real(const char* name) { return reinterpret_cast<handshake_fn>(real_symbol(name)); }
 
 struct peer {
   std::string address;  // "1.2.3.4:5678", "[::1]:5678" or "unknown"
@@ -89,7 +91,7 @@ std::string reason_of(SSL* ssl, int error_kind, bool we_verify_peer_as) {
 struct state {
   std::mutex mutex;
   tls_log_function log;
-  std::map<uint16_t, std::string> connect_failures;
+  std::map<uint16_t, tls_connect_failure> connect_failures;
   std::atomic<uint64_t> refusals{0};
   // Rate limit: lines in the current second, and the ones left out.
   std::chrono::steady_clock::time_point window_start;
@@ -138,6 +140,7 @@ void note_refusal(const peer& p, const std::string& reason) {
 struct connection_note {
   peer who;
   bool reported = false;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 void free_note(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
@@ -152,7 +155,7 @@ int note_index() {
 connection_note* note_of(SSL* ssl) {
   auto* note = static_cast<connection_note*>(SSL_get_ex_data(ssl, note_index()));
   if (!note) {
-    note = new connection_note{peer_of(ssl), false};
+    note = new connection_note{peer_of(ssl), false, std::chrono::steady_clock::now()};
     if (!SSL_set_ex_data(ssl, note_index(), note)) {
       delete note;
       return nullptr;
@@ -161,13 +164,32 @@ connection_note* note_of(SSL* ssl) {
   return note;
 }
 
-// A failure not reported yet for this connection.
-bool failed(SSL* ssl, int ret, int& kind, connection_note* note) {
+std::atomic<int64_t> deadline_ms{5000};
+
+// A handshake still waiting after the deadline fails: an error on the queue makes
+// SSL_get_error (which CAF asks next) answer SSL_ERROR_SSL instead of "want read".
+bool past_deadline(int& ret, int& kind, connection_note* note) {
+  if (!note || std::chrono::steady_clock::now() - note->started
+                 < std::chrono::milliseconds(deadline_ms.load()))
+    return false;
+  ERR_raise_data(ERR_LIB_USER, 1, "the TLS handshake did not complete within %lld ms",
+                 static_cast<long long>(deadline_ms.load()));
+  ret = -1;
+  kind = SSL_ERROR_SSL;
+  return true;
+}
+
+// A failure not reported yet for this connection; `timed_out` when the deadline made it.
+bool failed(SSL* ssl, int& ret, int& kind, connection_note* note, bool& timed_out) {
+  timed_out = false;
   if (ret == 1)
     return false;
   kind = SSL_get_error(ssl, ret);
-  if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE)
-    return false;
+  if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) {
+    if (!past_deadline(ret, kind, note))
+      return false;
+    timed_out = true;
+  }
   if (note && note->reported)
     return false;
   if (note)
@@ -184,11 +206,15 @@ void set_tls_refusal_log(tls_log_function log) {
 
 uint64_t tls_refusals() { return shared().refusals.load(); }
 
-std::string last_tls_connect_failure(uint16_t port) {
+tls_connect_failure last_tls_connect_failure(uint16_t port) {
   auto& s = shared();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.connect_failures.find(port);
-  return it == s.connect_failures.end() ? std::string() : it->second;
+  return it == s.connect_failures.end() ? tls_connect_failure{} : it->second;
+}
+
+void set_tls_handshake_deadline(std::chrono::milliseconds deadline) {
+  deadline_ms.store(deadline.count());
 }
 
 void clear_tls_connect_failure(uint16_t port) {
@@ -206,28 +232,58 @@ extern "C" {
 __attribute__((visibility("default"))) int SSL_accept(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn accept = real("SSL_accept");
+  ERR_clear_error();
   connection_note* note = note_of(ssl);
   int ret = accept(ssl);
   int kind = 0;
-  if (failed(ssl, ret, kind, note))
-    note_refusal(note ? note->who : peer_of(ssl), reason_of(ssl, kind, false));
+  bool timed_out = false;
+  if (failed(ssl, ret, kind, note, timed_out))
+    note_refusal(note ? note->who : peer_of(ssl),
+                 timed_out ? fmt::format("its TLS handshake did not complete within {} ms",
+                                         deadline_ms.load())
+                           : reason_of(ssl, kind, false));
   return ret;
 }
 
 __attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn connect = real("SSL_connect");
+  ERR_clear_error();
   connection_note* note = note_of(ssl);
   int ret = connect(ssl);
   int kind = 0;
-  if (failed(ssl, ret, kind, note)) {
+  bool timed_out = false;
+  if (failed(ssl, ret, kind, note, timed_out)) {
     peer p = note ? note->who : peer_of(ssl);
-    std::string why = reason_of(ssl, kind, true);
+    tls_connect_failure f{
+      timed_out ? fmt::format("the TLS handshake did not complete within {} ms",
+                              deadline_ms.load())
+                : reason_of(ssl, kind, true),
+      timed_out};
     auto& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.connect_failures[p.port] = why;
+    s.connect_failures[p.port] = std::move(f);
   }
   return ret;
+}
+
+// OpenSSL's rule (SSL_get_error(3)): the thread's error queue must be empty before an I/O
+// call, or SSL_get_error misreads it. CAF never clears it, so the errors of one failed
+// handshake (its own, or our deadline's) would fail the next "want read" of any connection
+// served by the same multiplexer thread.
+__attribute__((visibility("default"))) int SSL_read(SSL* ssl, void* buf, int num) {
+  using read_fn = int (*)(SSL*, void*, int);
+  static const auto read = reinterpret_cast<read_fn>(maxkernel::cluster::real_symbol("SSL_read"));
+  ERR_clear_error();
+  return read(ssl, buf, num);
+}
+
+__attribute__((visibility("default"))) int SSL_write(SSL* ssl, const void* buf, int num) {
+  using write_fn = int (*)(SSL*, const void*, int);
+  static const auto write =
+    reinterpret_cast<write_fn>(maxkernel::cluster::real_symbol("SSL_write"));
+  ERR_clear_error();
+  return write(ssl, buf, num);
 }
 
 }  // extern "C"
