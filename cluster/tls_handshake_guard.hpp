@@ -13,7 +13,7 @@
 // still unfinished after the deadline (an error on OpenSSL's queue: CAF closes the
 // connection), which bounds the busy loop. SSL_read and SSL_write are wrapped too, only to
 // clear the thread's error queue first as OpenSSL requires (CAF does not: the errors of one
-// failed handshake would otherwise fail the next connection served by the same thread).
+// failed handshake could otherwise fail the next connection served by the same thread).
 #pragma once
 
 #include <chrono>
