@@ -1,5 +1,6 @@
 #include "cli/cluster_client.hpp"
 
+#include "cli/operator_console.hpp"
 #include "cli/output_file.hpp"
 #include "cluster/cluster_credentials.hpp"
 #include "cluster/secure_transport.hpp"
@@ -19,6 +20,9 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
+
+#include <unistd.h>
 
 namespace maxkernel::cli {
 
@@ -208,6 +212,14 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
     auto last_word = std::chrono::steady_clock::now();
     auto last_ping = last_word;
     bool heard = false;
+    std::thread console;
+    struct joiner {
+      std::thread& t;
+      ~joiner() {
+        if (t.joinable())
+          t.detach();  // an error ends the client; the console's reader may still block
+      }
+    } leave{console};
     for (;;) {
       zmq::message_t frame;
       auto got = socket.recv(frame, zmq::recv_flags::dontwait);
@@ -236,6 +248,16 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
       auto e = msg->root<schema::ClientEvent>();
       switch (e.which()) {
         case schema::ClientEvent::OUTPUT: {
+          std::string text = e.getOutput().getText().cStr();
+          // --console: this terminal attaches to the run's operator gateway, as embedded.
+          auto at = text.find("operator gateway: ");
+          if (opts.console && !console.joinable() && at != std::string::npos) {
+            console_options co;
+            co.endpoint = text.substr(at + 18, text.find(' ', at + 18) - at - 18);
+            co.token_file = client.token_file;
+            co.prompt = ::isatty(STDIN_FILENO) == 1;
+            console = std::thread([co] { run_console(co, std::cin, std::cout, std::cerr); });
+          }
           auto& stream = e.getOutput().getStream() == 1 ? std::cout : std::cerr;
           if (opts.json == "-" && e.getOutput().getStream() == 1)
             std::cerr << e.getOutput().getText().cStr();  // stdout carries the JSON
@@ -250,6 +272,8 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
           return 2;
         case schema::ClientEvent::FINISHED: {
           auto f = e.getFinished();
+          if (console.joinable())
+            console.join();  // it leaves on the gateway's `ended`
           if (!opts.out.empty() && f.getFiles().size() > 0 && !write_outputs(opts.out, f, error)) {
             std::cerr << "error: " << error << "\n";
             return 3;

@@ -1,6 +1,8 @@
 #include "cli/operator_console.hpp"
 
 #include "cli/operator_command.hpp"
+#include "cluster/cluster_credentials.hpp"
+#include "cluster/secure_transport.hpp"
 #include "maxkernel/schema/agent.capnp.h"
 #include "maxkernel/schema/common.capnp.h"
 #include "maxkernel/schema/search.capnp.h"
@@ -290,6 +292,15 @@ int run_console(const console_options& options, std::istream& in, std::ostream& 
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   try {
     sock.set(zmq::sockopt::linger, 500);  // lets a last detach or decision leave
+    if (!options.token_file.empty()) {
+      std::string error;
+      auto creds = cluster::read_cluster_credentials(options.token_file, error);
+      if (!creds) {
+        err << "attach: --token-file: " << error << "\n";
+        return 2;
+      }
+      cluster::make_curve_client(sock, *creds);
+    }
     sock.connect(options.endpoint);
   } catch (const zmq::error_t& e) {
     err << "attach: cannot connect to '" << options.endpoint << "': " << e.what() << "\n";

@@ -20,6 +20,7 @@ struct console_options {
   // Nothing heard from the gateway this long (it answers every ping) -> exit 3.
   std::chrono::milliseconds gateway_silence{10000};
   bool prompt = false;                     // print `decision #N> ` before reading (a TTY)
+  std::string token_file;                  // a cluster's credentials (CURVE); "": none
 };
 
 // Runs until the search ends, the input ends (detaches) or `quit`: 0; 3 when the gateway

@@ -48,6 +48,9 @@ struct optimize_options {
   double operator_timeout = 0;   // seconds a proposal waits; 0: forever
   std::string on_timeout = "wait";
   bool console = false;          // this terminal attaches as an operator (stdin, stdout)
+  // Set by a cluster's supervisor, not a flag: shells attach to the gateway with the
+  // cluster's credentials (CURVE).
+  std::string operator_token_file;
 };
 
 // Command-line checks that need no worker (exit 2 with the reason when false).

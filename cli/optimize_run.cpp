@@ -62,6 +62,7 @@ int optimize_on_session(node_session& session, schema::KernelSpec::Reader spec,
   if (opts.mode == "hitl") {
     cluster::operator_gateway_config gw;
     gw.endpoint = opts.operator_endpoint;
+    gw.token_file = opts.operator_token_file;
     gw.welcome = fmt::format("{}: hitl search on {} (reference {:.2f} us, modeled)",
                              spec.getName().cStr(), chip_name, times.reference_us);
     auto spawned = cluster::spawn_operator_gateway(sys, gw);
@@ -75,7 +76,8 @@ int optimize_on_session(node_session& session, schema::KernelSpec::Reader spec,
     gateway = std::move(*spawned);
     // On stderr even with --json -: the operator needs it to attach.
     err << "operator gateway: " << gateway->endpoint << " (attach with: maxkernel attach "
-        << gateway->endpoint << ")\n";
+        << gateway->endpoint << (opts.operator_token_file.empty() ? "" : " --token-file TOKEN")
+        << ")\n";
     if (opts.console) {
       // This terminal is an operator too: the console attaches over the gateway's socket
       // as any shell does, reading decisions from stdin.

@@ -142,6 +142,12 @@ struct submission_server::impl {
   void start_run(const std::string& identity, const fs::path& run_dir,
                  schema::Submission::Reader sub, bool resume);
   void resume_unfinished();
+  // tcp://HOST:* on the client port's host.
+  std::string operator_endpoint() const {
+    auto at = bound.rfind(':');
+    return (at == std::string::npos ? std::string("tcp://127.0.0.1") : bound.substr(0, at)) + ":*";
+  }
+  std::string bound;  // the client port's endpoint
   std::deque<messages::decoded_message> resumed_messages;  // their submissions, read by runs
   void status(const std::string& identity);
 };
@@ -275,17 +281,19 @@ void submission_server::impl::start_run(const std::string& identity, const fs::p
   try {
     parser.parse(args);
   } catch (const CLI::ParseError& e) {
-    return refuse_run( std::string("options: ") + e.what());
+    return refuse_run(std::string("options: ") + e.what());
   }
-  if (opts.mode == "hitl")
-    return refuse_run( "--mode hitl is not run by a cluster yet: run it embedded "
-                            "(maxkernel optimize --mode hitl) and attach shells to it");
   if (!opts.out.empty() || !opts.json.empty() || !opts.state_dir.empty())
-    return refuse_run( "--out, --json and --state-dir name the client's files: the client "
-                            "keeps them");
+    return refuse_run("--out, --json and --state-dir name the client's files: the client "
+                      "keeps them");
   opts.spec = spec_path.string();
   opts.out = sub.getWantOutputs() ? (run_dir / "out").string() : "";
   opts.state_dir = config.state_dir;
+  // hitl: the gateway listens beside the client port, with the cluster's credentials; a
+  // client's --console attaches to it from the client's terminal.
+  opts.console = false;
+  opts.operator_endpoint = operator_endpoint();
+  opts.operator_token_file = config.token_file;
 
   auto run = std::make_unique<submission>();
   run->identity = identity;
@@ -407,6 +415,7 @@ bool submission_server::bind(std::string& error) {
     io.router.set(zmq::sockopt::linger, 1000);
     io.router.bind(io.config.endpoint);
     endpoint_ = io.router.get(zmq::sockopt::last_endpoint);
+    io.bound = endpoint_;
   } catch (const zmq::error_t& e) {
     error = fmt::format("cannot listen on {} for clients: {}", io.config.endpoint, e.what());
     return false;

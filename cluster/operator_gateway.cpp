@@ -1,5 +1,7 @@
 #include "cluster/operator_gateway.hpp"
 
+#include "cluster/cluster_credentials.hpp"
+#include "cluster/secure_transport.hpp"
 #include "maxkernel/schema/common.capnp.h"
 #include "maxkernel/schema/operator.capnp.h"
 #include "messages/error.hpp"
@@ -48,6 +50,7 @@ using expire_atom = caf::atom_constant<caf::atom("opexpire")>;
 // after every socket is closed.
 struct gateway_io {
   zmq::context_t context{1};
+  std::unique_ptr<curve_server_auth> auth;  // the ZAP handler, with a cluster's credentials
   zmq::socket_t router;
   zmq::socket_t to_thread;   // actor side: [identity, bytes] to send, or [stop]
   zmq::socket_t from_actor;  // thread side
@@ -408,6 +411,14 @@ caf::expected<operator_gateway> spawn_operator_gateway(caf::actor_system& sys,
   std::string bound;
   try {
     io->router = zmq::socket_t(io->context, zmq::socket_type::router);
+    if (!config.token_file.empty()) {
+      std::string error;
+      auto creds = read_cluster_credentials(config.token_file, error);
+      if (!creds)
+        return make_error(error_code::bad_input, "--token-file: " + error);
+      io->auth = std::make_unique<curve_server_auth>(io->context, *creds);
+      make_curve_server(io->router, *creds);
+    }
     io->router.set(zmq::sockopt::linger, 0);
     io->router.set(zmq::sockopt::router_mandatory, 1);
     io->router.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);  // a kernel source is small

@@ -26,6 +26,8 @@ struct operator_gateway_config {
   std::chrono::milliseconds liveness{5000};
   // Sent to each shell that attaches: the search (task, mode, chip).
   std::string welcome;
+  // A cluster's credentials (docs/cluster.md): shells must come with them (CURVE). "": none.
+  std::string token_file;
 };
 
 struct operator_gateway {

@@ -278,3 +278,26 @@ def test_another_clusters_node_and_client_are_refused(cluster, tmp_path):
     assert "authentication failed" in client.stderr_text
     assert not (tmp_path / "out" / "result.json").exists()
     assert not (cluster.state / "submissions").exists()
+
+
+def test_a_scripted_console_drives_a_hitl_search_on_the_cluster(cluster, tmp_path):
+    """optimize --cluster --mode hitl --console: the supervisor's gateway (CURVE, the cluster's
+    credentials) takes this terminal's decisions; the search ends by them."""
+    cluster.start_supervisor()
+    node = cluster.start_node(devices=2)
+    wait_for(lambda: cluster.joined(node), 120, "the node to join")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(BIN), "optimize", str(SPEC), "--mode", "hitl", "--console", "--budget-evals", "2",
+         "--seed", "5", "--cluster", f"127.0.0.1:{cluster.client_port}", "--token-file",
+         str(cluster.token), "--out", str(out)],
+        input="approve\nstop\n", capture_output=True, text=True, timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert re.search(r"^proposal #1: vertex 0 ", proc.stdout, re.M), proc.stdout
+    assert "decided #1: approve by " in proc.stdout, proc.stdout
+    result = json.loads((out / "result.json").read_text())
+    assert result["mode"] == "hitl"
+    assert result["candidates_evaluated"] >= 1
+    # The gateway took nobody without the cluster's credentials.
+    gateway = re.search(r"operator gateway: (tcp://\S+)", proc.stderr).group(1)
+    assert gateway.startswith("tcp://127.0.0.1:")
