@@ -249,6 +249,9 @@ int main(int argc, char** argv) {
                          "(tcp://HOST:PORT or ipc:///path)")
     ->required();
   attach_cmd->add_option("--name", attach.name, "your operator name (default $USER)");
+  attach_cmd->add_option("--token-file", attach.token_file,
+                         "a cluster's credentials, for a gateway of a search submitted to a "
+                         "cluster (cluster init DIR: DIR/token)");
   attach_cmd->add_option("--connect-timeout", attach.connect_timeout_seconds,
                          "seconds to wait for the gateway's welcome (default 10)")
     ->check(CLI::PositiveNumber);
