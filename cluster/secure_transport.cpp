@@ -44,6 +44,10 @@ bool handshake_refused(const caf::error& err) {
 }  // namespace
 
 void enable_cluster_tls(caf::actor_system_config& cfg, const cluster_credentials& creds) {
+  if (!tls_handshake_guard_active())
+    std::cerr << "warning: the TLS handshake guard is not linked in (see "
+                 "cluster/tls_handshake_guard.hpp): refused peers are not logged and TLS "
+                 "handshakes have no deadline\n";
   cfg.openssl_certificate = creds.certificate_file;
   cfg.openssl_key = creds.key_file;
   cfg.openssl_passphrase = creds.key_passphrase;

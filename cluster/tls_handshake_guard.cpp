@@ -213,6 +213,14 @@ tls_connect_failure last_tls_connect_failure(uint16_t port) {
   return it == s.connect_failures.end() ? tls_connect_failure{} : it->second;
 }
 
+bool tls_handshake_guard_active() {
+  // What a shared library's reference resolves to: the first definition in global lookup.
+  void* accept = dlsym(RTLD_DEFAULT, "SSL_accept");
+  void* connect = dlsym(RTLD_DEFAULT, "SSL_connect");
+  return accept == reinterpret_cast<void*>(&::SSL_accept)
+         && connect == reinterpret_cast<void*>(&::SSL_connect);
+}
+
 void set_tls_handshake_deadline(std::chrono::milliseconds deadline) {
   deadline_ms.store(deadline.count());
 }
@@ -269,7 +277,7 @@ __attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
 
 // OpenSSL's rule (SSL_get_error(3)): the thread's error queue must be empty before an I/O
 // call, or SSL_get_error misreads it. CAF never clears it, so the errors of one failed
-// handshake (its own, or our deadline's) would fail the next "want read" of any connection
+// handshake (its own, or our deadline's) could fail the next "want read" of any connection
 // served by the same multiplexer thread.
 __attribute__((visibility("default"))) int SSL_read(SSL* ssl, void* buf, int num) {
   using read_fn = int (*)(SSL*, void*, int);

@@ -33,6 +33,11 @@ void set_tls_refusal_log(tls_log_function log);
 // Handshakes refused by this process's TLS listeners so far.
 uint64_t tls_refusals();
 
+// Whether the process's SSL_accept / SSL_connect are this file's (as libcaf_openssl sees
+// them): false when the program was linked so that libssl's win (the executable does not
+// export ours); then nothing is logged and no deadline holds.
+bool tls_handshake_guard_active();
+
 // How long a TLS handshake (accepting or connecting) may take; default 5 s.
 void set_tls_handshake_deadline(std::chrono::milliseconds deadline);
 

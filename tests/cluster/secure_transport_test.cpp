@@ -129,6 +129,7 @@ protected:
 };
 
 TEST_F(SecureTransport, SameClusterExchangesATypedRequestOverTls) {
+  EXPECT_TRUE(tls_handshake_guard_active());
   server s;
   ASSERT_NE(s.port, 0);
   EXPECT_TRUE(cluster_tls_enabled(s.sys));
