@@ -350,8 +350,9 @@ cluster_credentials read(const std::string& token_file) {
   if (!key) {
     ERR_clear_error();
     throw credential_error{fmt::format(
-      "the private key {} does not open with the token {}: the token and the key come from "
-      "different `maxkernel cluster init` runs (another cluster's token?)",
+      "authentication failed: the private key {} does not open with the token {}: the token "
+      "and the key come from different `maxkernel cluster init` runs (another cluster's "
+      "token?)",
       c.key_file, token_file)};
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {

@@ -65,7 +65,9 @@ init_result init_cluster_credentials(const std::string& dir);
 // sit beside it. Checks that the key decrypts with the token, matches the certificate and
 // that the certificate verifies against the CA. A token readable by group or others is
 // accepted (secret stores often mount files 0644) with a warning. On failure: nullopt and
-// `error` names the file and what to do.
+// `error` names the file and what to do; a token that does not open the key (another
+// cluster's token beside these files) is an authentication failure (exit 3): its message
+// starts with "authentication failed". Every other failure is bad input (exit 2).
 std::optional<cluster_credentials> read_cluster_credentials(const std::string& token_file,
                                                             std::string& error);
 

@@ -140,6 +140,7 @@ TEST(ClusterCredentials, ReadErrors) {
   // Another cluster's token beside these files: the key does not open.
   fs::copy_file(u.path() / "token", t.path() / "other_token");
   expect_error(t.path() / "other_token", "does not open with the token");
+  EXPECT_EQ(error.rfind("authentication failed", 0), 0u) << error;
   // Not a token at all.
   std::ofstream(t.path() / "junk") << "-----BEGIN CERTIFICATE-----\n";
   expect_error(t.path() / "junk", "is not a maxkernel cluster token");
