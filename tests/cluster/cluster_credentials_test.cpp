@@ -1,6 +1,7 @@
 // `maxkernel cluster init DIR`'s files: modes, refusal to overwrite, reading them back, and
 // the errors of a token that does not match the files.
 #include "cluster/cluster_credentials.hpp"
+#include "config/cluster_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -164,6 +165,22 @@ TEST(ClusterCredentials, ATokenOthersCanReadIsAcceptedWithAWarning) {
   ASSERT_TRUE(c.has_value()) << error;
   ASSERT_EQ(c->warnings.size(), 1u);
   EXPECT_NE(c->warnings[0].find("chmod 600"), std::string::npos) << c->warnings[0];
+}
+
+// config/cluster.example.yaml as shipped, beside the directory its comment tells to init:
+// its token_file names the token init wrote, wherever the process runs from.
+TEST(ClusterCredentials, TheExampleConfigFindsTheTokenInitWrote) {
+  temp_dir t;
+  fs::copy_file(fs::path(MAXKERNEL_SOURCE_DIR) / "config" / "cluster.example.yaml",
+                t.path() / "cluster.yaml");
+  ASSERT_EQ(init_cluster_credentials((t.path() / "cluster").string()).status,
+            init_status::written);
+  std::string error;
+  auto config = config::load_cluster_config((t.path() / "cluster.yaml").string(), error);
+  ASSERT_TRUE(config.has_value()) << error;
+  auto c = read_cluster_credentials(config->token_file, error);
+  ASSERT_TRUE(c.has_value()) << error;
+  EXPECT_EQ(fs::path(c->directory), t.path() / "cluster");
 }
 
 }  // namespace
