@@ -166,6 +166,13 @@ connection_note* note_of(SSL* ssl) {
 
 std::atomic<int64_t> deadline_ms{5000};
 
+// CAF's mutual-TLS sessions: it asks for SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both sides, which
+// no ordinary client does. Other OpenSSL users of the process (libcurl's HTTPS to an LLM
+// endpoint) pass through untouched: no deadline, no notes.
+bool cluster_session(SSL* ssl) {
+  return (SSL_get_verify_mode(ssl) & SSL_VERIFY_FAIL_IF_NO_PEER_CERT) != 0;
+}
+
 // A handshake still waiting after the deadline fails: an error on the queue makes
 // SSL_get_error (which CAF asks next) answer SSL_ERROR_SSL instead of "want read".
 bool past_deadline(int& ret, int& kind, connection_note* note) {
@@ -241,6 +248,8 @@ __attribute__((visibility("default"))) int SSL_accept(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn accept = real("SSL_accept");
   ERR_clear_error();
+  if (!cluster_session(ssl))
+    return accept(ssl);
   connection_note* note = note_of(ssl);
   int ret = accept(ssl);
   int kind = 0;
@@ -257,6 +266,8 @@ __attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
   using namespace maxkernel::cluster;
   static const handshake_fn connect = real("SSL_connect");
   ERR_clear_error();
+  if (!cluster_session(ssl))
+    return connect(ssl);
   connection_note* note = note_of(ssl);
   int ret = connect(ssl);
   int kind = 0;

@@ -11,7 +11,9 @@
 // executable exports them because libcaf_openssl references them) and forward to libssl's
 // (dlsym RTLD_NEXT). They note every failure that is not "try again", and fail a handshake
 // still unfinished after the deadline (an error on OpenSSL's queue: CAF closes the
-// connection), which bounds the busy loop. SSL_read and SSL_write are wrapped too, only to
+// connection), which bounds the busy loop. Only CAF's sessions are guarded (they ask for a
+// peer certificate on both sides; libcurl's HTTPS in the same process passes untouched).
+// SSL_read and SSL_write are wrapped too, only to
 // clear the thread's error queue first as OpenSSL requires (CAF does not: the errors of one
 // failed handshake could otherwise fail the next connection served by the same thread).
 #pragma once
