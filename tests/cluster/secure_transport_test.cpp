@@ -409,12 +409,15 @@ TEST_F(CurveTransport, OnlyTheClustersClientsGetAReply) {
       log.push_back(line);
     },
     &server);
-  auto logged = [&](const std::string& what) {
+  // `from` "127.0.0.1" for the ZAP handler's lines; the ones the socket monitor finds may
+  // also read "unknown" (the peer's address is read when the event arrives, best effort).
+  auto logged = [&](const std::string& what, bool address_known) {
     std::this_thread::sleep_for(100ms);
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& l : log)
-      if (l.find("refused a peer from 127.0.0.1") != std::string::npos
-          && l.find(what) != std::string::npos)
+      if (l.find(what) != std::string::npos
+          && (l.find("refused a peer from 127.0.0.1") != std::string::npos
+              || (!address_known && l.find("refused a peer from unknown") != std::string::npos)))
         return true;
     return false;
   };
@@ -437,7 +440,7 @@ TEST_F(CurveTransport, OnlyTheClustersClientsGetAReply) {
   // Another cluster's keys: the CURVE handshake itself fails.
   auto other = client_with([&](zmq::socket_t& s) { make_curve_client(s, b_); });
   EXPECT_EQ(round_trip(server, *other), "");
-  EXPECT_TRUE(logged("does not decrypt with this cluster's server key"))
+  EXPECT_TRUE(logged("does not decrypt with this cluster's server key", false))
     << ::testing::PrintToString(log);
   // The server's public key (it is public) but a client key of its own: the ZAP handler
   // refuses it and logs where it came from.
@@ -450,24 +453,23 @@ TEST_F(CurveTransport, OnlyTheClustersClientsGetAReply) {
   });
   EXPECT_EQ(round_trip(server, *stranger), "");
   EXPECT_GE(auth.refused(), 1u);
-  EXPECT_TRUE(logged("its CURVE key is not this cluster's client key"))
+  EXPECT_TRUE(logged("its CURVE key is not this cluster's client key", true))
     << ::testing::PrintToString(log);
   // No CURVE at all.
   auto plain = client_with([](zmq::socket_t&) {});
   EXPECT_EQ(round_trip(server, *plain), "");
-  EXPECT_TRUE(logged("it does not use CURVE")) << ::testing::PrintToString(log);
+  EXPECT_TRUE(logged("it does not use CURVE", false)) << ::testing::PrintToString(log);
   {
-    // Refused clients keep reconnecting (every 100 ms, for seconds by now); each host and
-    // reason is logged once a minute.
+    // Refused clients keep reconnecting (every 100 ms, for seconds by now); a host (or
+    // "unknown") is logged once a minute per reason.
     std::lock_guard<std::mutex> lock(mutex);
     for (const char* why : {"does not decrypt", "is not this cluster's client key",
                             "does not use CURVE"})
-      EXPECT_EQ(std::count_if(log.begin(), log.end(),
+      EXPECT_LE(std::count_if(log.begin(), log.end(),
                               [&](const std::string& l) {
-                                return l.find("from 127.0.0.1") != std::string::npos
-                                       && l.find(why) != std::string::npos;
+                                return l.find(why) != std::string::npos;
                               }),
-                1)
+                2)
         << why << ": " << ::testing::PrintToString(log);
   }
 
