@@ -323,30 +323,36 @@ std::string run_summary(const json& run) {
 
 }  // namespace
 
-int run_bench(const bench_options& opts) {
-  std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
-  std::string error;
-  std::vector<std::string> modes;
-  auto bad = [&](const std::string& why) {
-    std::cerr << "error: " << why << "\n";
-    return 2;
-  };
+namespace {
+
+// The command line's checks shared by `bench` and the callers that bring their own tasks.
+bool check_options(const bench_options& opts, std::vector<std::string>& modes,
+                   std::string& error) {
   if (!parse_modes(opts.modes, modes, error))
-    return bad(error);
+    return false;
   for (const auto& m : modes) {
     auto check = opts.search;
     check.mode = m == "hitl-hint" ? "hitl" : m;
     if (!valid_optimize_options(check, error))
-      return bad(error);
+      return false;
   }
   if (opts.search.budget_evals == 0 && opts.search.budget_seconds <= 0 &&
-      opts.search.patience == 0)
-    return bad("a task's search has no end: give --budget-evals, --budget-seconds or --patience");
-  if (!output_dir_exists(opts.json, error) || !output_dir_exists(opts.html, error))
-    return bad(error);
-  std::vector<suite_task> tasks;
-  if (!find_suite_tasks(opts.suite, opts.tasks, tasks, error))
-    return bad(error);
+      opts.search.patience == 0) {
+    error = "a task's search has no end: give --budget-evals, --budget-seconds or --patience";
+    return false;
+  }
+  return true;
+}
+
+// Every mode over `tasks`: the bench JSON in `bench` (one run, or the modes and their
+// comparison). 0, or 2 / 3 with the error printed.
+int run_modes(const bench_options& opts, const std::vector<std::string>& modes,
+              const std::vector<suite_task>& tasks, std::ostream& human, json& bench) {
+  std::string error;
+  auto bad = [&](const std::string& why) {
+    std::cerr << "error: " << why << "\n";
+    return 2;
+  };
   config::brain_config brains;
   if (!load_brains(opts.search.brains, brains, error))
     return bad(error);
@@ -365,7 +371,6 @@ int run_bench(const bench_options& opts) {
     human << run_summary(run);
     runs.push_back(std::move(run));
   }
-  json bench;
   if (runs.size() == 1) {
     bench = runs.front();
   } else {
@@ -377,6 +382,40 @@ int run_bench(const bench_options& opts) {
              {"comparison", compare_modes(runs)}};
     human << "mode choice: " << bench["comparison"]["rule"].get<std::string>() << "\n";
   }
+  return 0;
+}
+
+// 0 when every task of every mode has a correct kernel, else 1.
+int bench_exit_code(const json& bench) {
+  std::vector<json> runs = bench.contains("modes") ? bench["modes"].get<std::vector<json>>()
+                                                   : std::vector<json>{bench};
+  for (const auto& run : runs)
+    for (const auto& t : run["tasks"])
+      if (!t.value("correct", false))
+        return 1;
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const bench_options& opts) {
+  std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
+  std::string error;
+  std::vector<std::string> modes;
+  auto bad = [&](const std::string& why) {
+    std::cerr << "error: " << why << "\n";
+    return 2;
+  };
+  if (!check_options(opts, modes, error))
+    return bad(error);
+  if (!output_dir_exists(opts.json, error) || !output_dir_exists(opts.html, error))
+    return bad(error);
+  std::vector<suite_task> tasks;
+  if (!find_suite_tasks(opts.suite, opts.tasks, tasks, error))
+    return bad(error);
+  json bench;
+  if (int code = run_modes(opts, modes, tasks, human, bench))
+    return code;
   if (!opts.html.empty() && !write_output(opts.html, bench_report_html(bench), error)) {
     std::cerr << "error: " << error << "\n";
     return 3;
@@ -385,11 +424,20 @@ int run_bench(const bench_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 3;
   }
-  bool all_correct = true;
-  for (const auto& run : runs)
-    for (const auto& t : run["tasks"])
-      all_correct &= t.value("correct", false);
-  return all_correct ? 0 : 1;
+  return bench_exit_code(bench);
+}
+
+int run_bench_tasks(const bench_options& opts, const std::vector<suite_task>& tasks,
+                    std::ostream& human, nlohmann::json& bench) {
+  std::string error;
+  std::vector<std::string> modes;
+  if (!check_options(opts, modes, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  if (int code = run_modes(opts, modes, tasks, human, bench))
+    return code;
+  return bench_exit_code(bench);
 }
 
 }  // namespace maxkernel::cli

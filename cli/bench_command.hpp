@@ -11,9 +11,14 @@
 // environment errors.
 #pragma once
 
+#include "cli/bench_suite.hpp"
 #include "cli/optimize_command.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace maxkernel::cli {
 
@@ -29,5 +34,12 @@ struct bench_options {
 };
 
 int run_bench(const bench_options& opts);
+
+// The same over tasks the caller found (opts.suite and opts.tasks only label the run; the
+// workload command's expanded specs): every mode's summary to `human` and the bench JSON,
+// as --json would write it, in `bench`; writes neither --json nor --html. Exit codes as
+// run_bench's.
+int run_bench_tasks(const bench_options& opts, const std::vector<suite_task>& tasks,
+                    std::ostream& human, nlohmann::json& bench);
 
 }  // namespace maxkernel::cli
