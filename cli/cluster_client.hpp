@@ -4,6 +4,7 @@
 // embedded run would.
 #pragma once
 
+#include "cli/cluster_connection.hpp"
 #include "cli/optimize_command.hpp"
 
 #include <string>
@@ -11,15 +12,9 @@
 
 namespace maxkernel::cli {
 
-struct cluster_client_options {
-  std::string endpoint;    // the supervisor's client port, HOST:PORT
-  std::string token_file;  // the cluster's credentials ("": no CURVE)
-  double silence_seconds = 30;  // no word from the supervisor this long: it is gone (exit 3)
-};
-
 // `args`: the options to send (the command line without SPEC and the local --out, --json,
 // --cluster, --token-file). The exit code of the run, 2 when refused, 3 when the supervisor
-// cannot be reached.
+// cannot be reached or refuses our credentials.
 int run_cluster_optimize(const optimize_options& opts, const std::vector<std::string>& args,
                          const cluster_client_options& client);
 

@@ -11,6 +11,7 @@
 #include "cli/optimize_command.hpp"
 #include "cli/supervisor_command.hpp"
 #include "cli/propose_command.hpp"
+#include "cli/shell_command.hpp"
 #include "cli/template_command.hpp"
 #include "cli/spec_command.hpp"
 #include "config/chip_names.hpp"
@@ -241,6 +242,17 @@ int main(int argc, char** argv) {
   node_cmd->add_option("--deadline", node.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
 
+  maxkernel::cli::shell_options shell;
+  auto* shell_cmd = app.add_subcommand(
+    "shell", "the operator shell of a running cluster: its nodes and tasks, submit, export, "
+             "drain, and hitl decisions (docs/cluster.md)");
+  shell_cmd->add_option("--attach", shell.client.endpoint, "the supervisor's client port HOST:PORT")
+    ->required();
+  shell_cmd->add_option("--token-file", shell.client.token_file,
+                        "the cluster's credentials (cluster init DIR: DIR/token)");
+  shell_cmd->add_option("-c", shell.commands, "run these commands (separated by ';') and leave");
+  shell_cmd->add_flag("--json", shell.json, "print what the supervisor says as JSON, a line each");
+
   auto* attach_cmd = app.add_subcommand(
     "attach", "attach this terminal to a hitl search's operator gateway and decide its proposals "
               "(one line of input per proposal: a script on stdin works too)");
@@ -289,6 +301,8 @@ int main(int argc, char** argv) {
       return cluster_init.run();
     if (*status_cmd)
       return maxkernel::cli::run_cluster_status(status_client);
+    if (*shell_cmd)
+      return maxkernel::cli::run_shell(shell);
     if (*supervisor_cmd)
       return maxkernel::cli::run_supervisor(supervisor);
     if (*node_cmd)

@@ -267,7 +267,8 @@ std::string node_session::cluster_status() {
     for (auto n : s.getNodes()) {
       alive += n.getAlive() ? 1 : 0;
       text += fmt::format("node {} {}: {}, {} in flight, {} done\n", n.getIndex(),
-                          n.getNodeId().cStr(), n.getAlive() ? "alive" : "lost",
+                          n.getNodeId().cStr(),
+                          !n.getAlive() ? "lost" : n.getDraining() ? "alive draining" : "alive",
                           n.getInFlight(), n.getCompleted());
     }
     text += fmt::format("{} of {} node(s) alive; {} queued, {} in flight, {} completed; {} "
@@ -277,6 +278,35 @@ std::string node_session::cluster_status() {
                         s.getCompleted(), s.getNodesLost(), s.getOrphaned(), s.getRedispatched());
   }, error);
   return ok ? text : error;
+}
+
+void node_session::learn_jax_version() {
+  if (!jax_version_.empty())
+    return;
+  caf::scoped_actor self{*impl_->sys};
+  self->request(impl_->front, std::chrono::seconds(30), messages::info_atom::value)
+    .receive(
+      [&](messages::payload& p) {
+        std::string error;
+        if (auto msg = messages::open_payload<schema::NodeInfo>(p, error))
+          jax_version_ = msg->root<schema::NodeInfo>().getJaxVersion().cStr();
+      },
+      [](caf::error&) {});
+}
+
+bool node_session::drain_node(uint32_t index, std::string& error) {
+  if (!impl_->dispatcher) {
+    error = "no dispatcher";
+    return false;
+  }
+  bool known = false;
+  caf::scoped_actor self{*impl_->sys};
+  self->request(impl_->dispatcher, std::chrono::seconds(5), messages::drain_atom::value, index)
+    .receive([&](bool found) { known = found; },
+             [&](caf::error& e) { error = "the dispatcher does not answer: " + messages::message_of(e); });
+  if (!known && error.empty())
+    error = fmt::format("no node {}", index);
+  return known;
 }
 
 std::optional<cluster_counts> node_session::cluster_counts_now() {

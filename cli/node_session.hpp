@@ -86,6 +86,11 @@ public:
   // The dispatcher's view of the nodes as text: each node with its id, whether alive, work
   // in flight and done; then the queue and the redispatch counts.
   std::string cluster_status();
+  // A supervisor's session learns the JAX version from a node (the first that answers);
+  // a no-op once known.
+  void learn_jax_version();
+  // Drains node INDEX of the dispatcher (as in the status); false with `error`.
+  bool drain_node(uint32_t index, std::string& error);
   // The same counted; nullopt unless this is a cluster supervisor's session.
   std::optional<cluster_counts> cluster_counts_now();
   // A supervisor's node port once published.

@@ -44,6 +44,8 @@ int optimize_on_session(node_session& session, schema::KernelSpec::Reader spec,
   const auto& times = prepared.times;
   const auto& chip_name = prepared.chip;
   auto cluster_before = session.cluster_counts_now();
+  if (cluster_before)
+    session.learn_jax_version();  // result.json names it, as embedded
   human << fmt::format("{}: reference {:.2f} us{} (modeled on {}); {} search, {}\n",
                        spec.getName().cStr(), times.reference_us,
                        times.baseline_us > 0 ? fmt::format(", baseline {:.2f} us", times.baseline_us)

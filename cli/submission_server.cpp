@@ -4,6 +4,7 @@
 #include "cli/optimize_cli.hpp"
 #include "cli/optimize_run.hpp"
 #include "cli/output_file.hpp"
+#include "cli/shell_service.hpp"
 #include "cli/spec_source.hpp"
 #include "cli/task_session.hpp"
 #include "cluster/cluster_credentials.hpp"
@@ -65,8 +66,8 @@ std::string event_bytes(const std::function<void(schema::ClientEvent::Builder)>&
 // What a submission prints, line by line (or at a flush) to its client.
 class client_stream : public std::streambuf {
 public:
-  client_stream(outbox& box, std::string identity, uint8_t stream)
-    : box_(box), identity_(std::move(identity)), stream_(stream) {}
+  client_stream(outbox& box, std::string identity, uint8_t stream, std::ofstream& log)
+    : box_(box), identity_(std::move(identity)), stream_(stream), log_(log) {}
   ~client_stream() override { sync(); }
 
 protected:
@@ -82,6 +83,7 @@ protected:
     if (text_.empty())
       return 0;
     auto text = std::exchange(text_, {});
+    log_ << text << std::flush;  // the task's log, for the shell's `log` and `attach`
     box_.push(identity_, event_bytes([&](schema::ClientEvent::Builder e) {
                 auto out = e.initOutput();
                 out.setStream(stream_);
@@ -94,6 +96,7 @@ private:
   outbox& box_;
   std::string identity_;
   uint8_t stream_;
+  std::ofstream& log_;
   std::string text_;
 };
 
@@ -109,6 +112,7 @@ bool safe_relative(const std::string& path) {
 
 struct submission {
   std::string identity;
+  std::string id;  // its directory's name
   std::thread thread;
   std::atomic<bool> done{false};
 };
@@ -130,7 +134,11 @@ struct submission_server::impl {
   std::vector<std::unique_ptr<submission>> runs;
   uint64_t next_run = 1;
 
-  impl(node_session& s, submission_server_config c) : session(s), config(std::move(c)) {}
+  shell_context shell;
+
+  impl(node_session& s, submission_server_config c)
+    : session(s), config(std::move(c)),
+      shell{s, config.state_dir, config.node_endpoint, !config.token_file.empty(), {}} {}
 
   void refuse(const std::string& identity, const std::string& why) {
     box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) { e.setRefused(why); }));
@@ -254,6 +262,11 @@ void submission_server::impl::on_submit(const std::string& identity,
   if (!write_output((run_dir / "request.bin").string(), request_bytes, error)
       || !write_output((run_dir / "client").string(), identity, error))
     return refuse(identity, error);
+  box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) {
+             auto reply = e.initReply();
+             reply.setOk(true);
+             reply.setText("submitted " + run_dir.filename().string() + "\n");
+           }));
   start_run(identity, run_dir, sub, false);
 }
 
@@ -287,7 +300,8 @@ void submission_server::impl::start_run(const std::string& identity, const fs::p
     return refuse_run("--out, --json and --state-dir name the client's files: the client "
                       "keeps them");
   opts.spec = spec_path.string();
-  opts.out = sub.getWantOutputs() ? (run_dir / "out").string() : "";
+  opts.out = (run_dir / "out").string();  // for the shell too; sent back when wanted
+  bool send_files = sub.getWantOutputs();
   opts.state_dir = config.state_dir;
   // hitl: the gateway listens beside the client port, with the cluster's credentials; a
   // client's --console attaches to it from the client's terminal.
@@ -299,18 +313,22 @@ void submission_server::impl::start_run(const std::string& identity, const fs::p
   run->identity = identity;
   auto* r = run.get();
   std::string out_shown = sub.getOutShown().cStr();
-  r->thread = std::thread([this, r, opts, out_shown, run_dir] {
+  auto id = run_dir.filename().string();
+  shell.running.insert(id);
+  r->id = id;
+  r->thread = std::thread([this, r, opts, out_shown, run_dir, send_files] {
     std::string json;
     int code;
     {
-      client_stream out_buf(box, r->identity, 1), err_buf(box, r->identity, 2);
+      std::ofstream log(run_dir / "log.txt", std::ios::app);
+      client_stream out_buf(box, r->identity, 1, log), err_buf(box, r->identity, 2, log);
       std::ostream out(&out_buf), err(&err_buf);
       code = run_submission(session, opts, config.state_dir, run_io{out, err, &json, out_shown});
       out.flush();
       err.flush();
     }
     std::vector<std::pair<std::string, std::string>> files;
-    if (!opts.out.empty())
+    if (send_files)
       read_outputs(opts.out, files);
     std::string error;
     write_output((run_dir / "exit_code").string(), std::to_string(code) + "\n", error);
@@ -383,6 +401,15 @@ void submission_server::impl::on_request(const std::string& identity, const std:
         return on_submit(identity, bytes, req.getSubmit());
       case schema::ClientRequest::STATUS:
         return status(identity);
+      case schema::ClientRequest::COMMAND: {
+        std::vector<std::string> words;
+        for (auto w : req.getCommand())
+          words.emplace_back(w.cStr());
+        box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) {
+                   answer_shell(shell, words, e.initReply());
+                 }));
+        return;
+      }
     }
     refuse(identity, "unknown request");
   } catch (const kj::Exception& e) {
@@ -460,6 +487,7 @@ void submission_server::serve(const std::atomic<bool>& stop) {
     for (auto it = io.runs.begin(); it != io.runs.end();) {
       if ((*it)->done) {
         (*it)->thread.join();
+        io.shell.running.erase((*it)->id);
         it = io.runs.erase(it);
       } else {
         ++it;

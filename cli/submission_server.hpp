@@ -22,6 +22,7 @@ struct submission_server_config {
   // Runs the submissions a killed supervisor left unfinished again (with --resume: nothing
   // that finished is evaluated again), for the clients that sent them.
   bool resume = false;
+  std::string node_endpoint;  // HOST:PORT nodes join at (what `scale` tells)
 };
 
 class submission_server {

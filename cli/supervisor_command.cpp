@@ -96,6 +96,7 @@ int run_supervisor(const supervisor_command_options& opts) {
   sc.state_dir = cfg.state_dir;
   sc.token_file = cfg.token_file;
   sc.resume = opts.resume;
+  sc.node_endpoint = fmt::format("{}:{}", cfg.listen.host, session.listen_port());
   submission_server server(session, sc);
   if (!server.bind(error)) {
     std::cerr << "error: " << error << "\n";

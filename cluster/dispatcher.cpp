@@ -67,6 +67,7 @@ struct node_slot {
   caf::actor_addr addr;
   std::string node_id;       // "" until it described itself
   bool alive = true;
+  bool draining = false;     // an operator's drain: no new work, ever
   bool refusing = false;     // answered overloaded: no new work until one of ours finishes
   uint64_t refusals = 0;     // tells a stale unblock timer from the current one
   unsigned in_flight = 0;    // evaluation attempts out at it (copies included)
@@ -116,8 +117,13 @@ bool unreachable(const caf::error& err) {
              || err.code() == static_cast<uint8_t>(caf::sec::request_receiver_down));
 }
 
+// Alive and not drained: it may get work.
+bool usable(const node_slot& n) {
+  return n.alive && !n.draining;
+}
+
 bool any_alive(const dispatcher_state& st) {
-  return std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& n) { return n.alive; });
+  return std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& n) { return usable(n); });
 }
 
 // The live node with a free credit that holds the fewest evaluations, lowest index first.
@@ -126,7 +132,7 @@ std::optional<std::size_t> pick_node(const dispatcher_state& st,
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < st.nodes.size(); ++i) {
     auto& n = st.nodes[i];
-    if (!n.alive || n.refusing || n.in_flight >= st.config.credits_per_node || exclude == i)
+    if (!usable(n) || n.refusing || n.in_flight >= st.config.credits_per_node || exclude == i)
       continue;
     if (!best || n.in_flight < st.nodes[*best].in_flight)
       best = i;
@@ -141,7 +147,7 @@ std::optional<std::size_t> side_node(const dispatcher_state& st) {
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < st.nodes.size(); ++i) {
     auto& n = st.nodes[i];
-    if (n.alive && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
+    if (usable(n) && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
       best = i;
   }
   return best;
@@ -149,7 +155,7 @@ std::optional<std::size_t> side_node(const dispatcher_state& st) {
 
 std::optional<std::size_t> first_alive(const dispatcher_state& st) {
   for (std::size_t i = 0; i < st.nodes.size(); ++i)
-    if (st.nodes[i].alive)
+    if (usable(st.nodes[i]))
       return i;
   return std::nullopt;
 }
@@ -554,6 +560,7 @@ payload status(dispatcher* self) {
     out.setCredits(st.config.credits_per_node);
     out.setCompleted(n.completed);
     out.setAlive(n.alive);
+    out.setDraining(n.draining);
   }
   s.setQueued(static_cast<uint32_t>(st.queue.size()));
   s.setInFlight(static_cast<uint32_t>(std::count_if(
@@ -613,6 +620,14 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
       for (auto& resume : parked)
         resume();
       dispatch(self);
+    },
+    [self](messages::drain_atom, uint32_t index) {
+      auto& st = self->state;
+      if (index >= st.nodes.size())
+        return false;
+      st.nodes[index].draining = true;
+      dispatch(self);
+      return true;
     },
     [self](straggler_atom, uint64_t generation) {
       auto& st = self->state;

@@ -28,6 +28,7 @@ using progress_atom = caf::atom_constant<caf::atom("progress")>;
 // The dispatcher: -> DispatcherStatus; a node joins the set it dispatches to.
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
 // The operator gateway: Proposal -> Decision; OperatorEvent notices to the attached shells.
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using notify_atom = caf::atom_constant<caf::atom("notify")>;

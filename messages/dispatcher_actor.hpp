@@ -18,6 +18,9 @@ using dispatcher_actor = tpu_node_actor::extend<
   // -> DispatcherStatus (messages/schema/cluster.capnp)
   caf::replies_to<status_atom>::with<payload>,
   // a node (a tpu_node_actor handle) joins; it gets work from the next dispatch on
-  caf::reacts_to<join_atom, caf::actor>>;
+  caf::reacts_to<join_atom, caf::actor>,
+  // drain node INDEX (as in the status): it finishes what it holds and gets no more work;
+  // false when there is no such node
+  caf::replies_to<drain_atom, uint32_t>::with<bool>>;
 
 }  // namespace maxkernel::messages

@@ -11,6 +11,7 @@ struct NodeLoad {
   credits @3 :UInt32;          # requests it may hold at once
   completed @4 :UInt64;
   alive @5 :Bool;              # false once it went down (its work went elsewhere)
+  draining @6 :Bool;           # finishes what it holds, gets no more work
 }
 
 struct DispatcherStatus {

@@ -27,7 +27,16 @@ struct ClientRequest {
   union {
     submit @1 :Submission;
     status @2 :Void;           # -> ClientEvent.status
+    command @3 :List(Text);    # an operator shell's command, its words -> ClientEvent.reply
   }
+}
+
+struct ShellReply {
+  ok @0 :Bool;                 # false: the command failed; `text` says why
+  text @1 :Text;               # for a person
+  json @2 :Text;               # the same for a script ("" when there is no more to say)
+  files @3 :List(TaskFile);    # export: the task's outputs
+  endpoint @4 :Text;           # attach: the task's operator gateway
 }
 
 struct RunOutput {
@@ -48,5 +57,6 @@ struct ClientEvent {
     finished @2 :RunFinished;
     status @3 :Text;           # the cluster: nodes, queue, runs
     refused @4 :Text;          # the request is malformed or cannot be run (exit code 2)
+    reply @5 :ShellReply;
   }
 }

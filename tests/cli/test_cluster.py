@@ -301,3 +301,79 @@ def test_a_scripted_console_drives_a_hitl_search_on_the_cluster(cluster, tmp_pat
     # The gateway took nobody without the cluster's credentials.
     gateway = re.search(r"operator gateway: (tcp://\S+)", proc.stderr).group(1)
     assert gateway.startswith("tcp://127.0.0.1:")
+
+
+def shell(cluster, *commands, json_out=False, input=None, token=None):
+    args = [str(BIN), "shell", "--attach", f"127.0.0.1:{cluster.client_port}", "--token-file",
+            str(token or cluster.token), "-c", "; ".join(commands)]
+    if json_out:
+        args.append("--json")
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, input=input)
+
+
+def test_the_shell_submits_inspects_exports_and_drains(cluster, tmp_path):
+    cluster.start_supervisor()
+    node = cluster.start_node(devices=2)
+    wait_for(lambda: cluster.joined(node), 120, "the node to join")
+    sub = shell(cluster, f"submit {SPEC} --mode graph --budget-evals 2 --seed 5")
+    assert sub.returncode == 0, sub.stderr
+    task_id = re.search(r"submitted (\S+)", sub.stdout).group(1)
+
+    def finished():
+        tasks = json.loads(shell(cluster, "tasks", json_out=True).stdout)
+        return [t for t in tasks if t["id"] == task_id and t["state"] == "finished"]
+    wait_for(finished, 600, "the submitted task to finish")
+
+    r = shell(cluster, f"show {task_id}", f"graph {task_id}",
+              f"best {task_id}", f"log {task_id} 2", f"export {task_id} {tmp_path / 'exp'}",
+              f"diff {task_id} {task_id}", "drain 1", "nodes", "scale 4")
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "exp" / "result.json").read_text())
+    assert result["mode"] == "graph" and result["candidates_evaluated"] == 2
+    assert (tmp_path / "exp" / "kernel.py").read_text() in r.stdout  # `best` printed it
+    assert "the best path" in r.stdout and "v0 " in r.stdout
+    assert "the best kernels are the same" in r.stdout
+    assert "node 1 drains" in r.stdout and "alive draining" in r.stdout
+    assert f"maxkernel node --join 127.0.0.1:{cluster.node_port} --token-file TOKEN --devices 4" \
+        in r.stdout
+
+    # A drained node gets no more work: a second task runs on node 0 alone.
+    before = re.search(r"node 1 \S+: alive draining, \d+ in flight, (\d+) done", r.stdout).group(1)
+    sub2 = shell(cluster, f"submit {SPEC} --mode auto --budget-evals 1 --seed 6")
+    task2 = re.search(r"submitted (\S+)", sub2.stdout).group(1)
+    wait_for(lambda: [t for t in json.loads(shell(cluster, "tasks", json_out=True).stdout)
+                      if t["id"] == task2 and t["state"] == "finished"], 600, "the second task")
+    after = re.search(r"node 1 \S+: alive draining, \d+ in flight, (\d+) done",
+                      shell(cluster, "nodes").stdout).group(1)
+    assert after == before
+
+    # Mistakes are told and leave the shell's exit code 1; nothing is sent for a bad submit.
+    bad = shell(cluster, "frob", "show nosuchtask", "submit /no/such/spec.yaml",
+                f"submit {SPEC} --mode annealing")
+    assert bad.returncode == 1
+    assert "unknown command 'frob'" in bad.stderr and "no task 'nosuchtask'" in bad.stderr
+    assert "no such file" in bad.stderr and "--mode" in bad.stderr
+    assert len(json.loads(shell(cluster, "tasks", json_out=True).stdout)) == 2
+    # Another cluster's shell is refused before any command runs.
+    other = tmp_path / "other"
+    subprocess.run([str(BIN), "cluster", "init", str(other)], check=True, capture_output=True)
+    refused = shell(cluster, "tasks", token=other / "token")
+    assert refused.returncode == 3 and "authentication failed" in refused.stderr
+
+
+def test_a_scripted_shell_drives_a_hitl_search_to_its_end(cluster):
+    cluster.start_supervisor()
+    node = cluster.start_node(devices=2)
+    wait_for(lambda: cluster.joined(node), 120, "the node to join")
+    sub = shell(cluster, f"submit {SPEC} --mode hitl --budget-evals 3 --seed 5")
+    assert sub.returncode == 0, sub.stderr
+    task_id = re.search(r"submitted (\S+)", sub.stdout).group(1)
+    wait_for(lambda: "operator gateway" in shell(cluster, f"log {task_id} 50").stdout, 300,
+             "the task's operator gateway")
+    decided = shell(cluster, f"attach {task_id}", input="approve\nhint try larger blocks\nstop\n")
+    assert decided.returncode == 0, decided.stderr
+    assert "decided #1: approve by " in decided.stdout, decided.stdout
+    wait_for(lambda: [t for t in json.loads(shell(cluster, "tasks", json_out=True).stdout)
+                      if t["id"] == task_id and t["state"] == "finished"], 300, "the end")
+    show = json.loads(shell(cluster, f"show {task_id}", json_out=True).stdout)
+    assert show["mode"] == "hitl" and show["stop_reason"] in ("operator", "budget"), show
