@@ -2,13 +2,14 @@
 # matched: {{summary}}
 # params: {{params}}
 """Ragged paged attention (a mixed batch of prefill chunks and decodes over a paged KV cache)
-without gathering the cache: grid (kv head, token block). The page table, the kv lengths, the
-query bounds (cu_q_lens) and the sequence count are scalar-prefetched into SMEM. A token block
-visits only the sequences whose tokens it holds; for each one its KV pages are copied from HBM
-into VMEM by DMA, PAGES_PER_BLOCK pages at a time (the next block's copies start before the
-current one is used), up to the last key the block's causal rows can see; online softmax per
-query row in f32 VMEM scratch, rows of other sequences masked. Tokens of no active sequence
-are zero."""
+without gathering the cache. The page table, the kv lengths, the query bounds (cu_q_lens) and
+the schedule are scalar-prefetched into SMEM. A token block visits only the sequences whose
+tokens it holds; for each one its KV pages are copied from HBM into VMEM by DMA,
+PAGES_PER_BLOCK pages at a time, up to the last key the block's causal rows can see; online
+softmax per query row in f32 VMEM scratch, rows of other sequences masked. Tokens of no
+active sequence are zero. SCHEDULE "grid": the (token block, sequence) pairs and the kv blocks
+are grid axes (static work per step); "loop": a grid of token blocks with loops over the
+sequences and kv blocks inside (the next kv block's copies overlap the current one)."""
 
 import numpy as np
 import jax
