@@ -246,8 +246,9 @@ int main(int argc, char** argv) {
   auto* shell_cmd = app.add_subcommand(
     "shell", "the operator shell of a running cluster: its nodes and tasks, submit, export, "
              "drain, and hitl decisions (docs/cluster.md)");
-  shell_cmd->add_option("--attach", shell.client.endpoint, "the supervisor's client port HOST:PORT")
-    ->required();
+  shell_cmd->add_option("--attach", shell.client.endpoint,
+                        "the supervisor's client port HOST:PORT (default: the config's)");
+  shell_cmd->add_option("--config", shell.config, "cluster.yaml (the flags win over it)");
   shell_cmd->add_option("--token-file", shell.client.token_file,
                         "the cluster's credentials (cluster init DIR: DIR/token)");
   shell_cmd->add_option("-c", shell.commands, "run these commands (separated by ';') and leave");

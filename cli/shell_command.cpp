@@ -4,6 +4,7 @@
 #include "cli/optimize_cli.hpp"
 #include "cli/shell_service.hpp"
 #include "config/chip_names.hpp"
+#include "config/cluster_config.hpp"
 #include "maxkernel/schema/submission.capnp.h"
 #include "messages/payload_codec.hpp"
 
@@ -242,7 +243,25 @@ std::string history_path() {
 
 }  // namespace
 
-int run_shell(const shell_options& opts) {
+int run_shell(const shell_options& given) {
+  auto opts = given;
+  if (!opts.config.empty()) {
+    std::string error;
+    auto cfg = config::load_cluster_config(opts.config, error);
+    if (!cfg) {
+      std::cerr << "error: " << error << "\n";
+      return 2;
+    }
+    if (opts.client.endpoint.empty())
+      opts.client.endpoint = cfg->shell_listen.to_string();
+    if (opts.client.token_file.empty())
+      opts.client.token_file = cfg->token_file;
+  }
+  if (opts.client.endpoint.empty()) {
+    std::cerr << "error: --attach HOST:PORT (the supervisor's client port) or --config "
+                 "cluster.yaml\n";
+    return 2;
+  }
   shell sh(opts);
   if (int code = sh.open())
     return code;

@@ -13,6 +13,7 @@
 namespace maxkernel::cli {
 
 struct shell_options {
+  std::string config;  // cluster.yaml: the client port and token when the flags give none
   cluster_client_options client;
   std::string commands;  // -c: ';'-separated; "" = interactive
   bool json = false;
