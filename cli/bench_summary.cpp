@@ -92,6 +92,7 @@ std::string kernel_family(const std::string& t) {
     {"matmul_backward", "matmul"}, {"einsum_core", "matmul"},
     {"swiglu_mlp", "matmul"},      {"flash_attention", "attention"},
     {"paged_attention", "attention"}, {"attention_backward", "attention"},
+    {"ragged_paged_attention", "attention"}, {"rope_projection", "matmul"},
     {"grouped_matmul", "moe"},     {"moe_ffn", "moe"},
     {"rowwise", "rowwise"},        {"conv_gemm", "conv"},
     {"retention", "recurrence"},   {"chunked_recurrence", "recurrence"},
