@@ -20,6 +20,7 @@
 #include <capnp/message.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -90,23 +91,58 @@ uint32_t budget_ms(node_actor* self, const pending_request& p) {
   return static_cast<uint32_t>(std::clamp<int64_t>((left + worker_grace).count(), 1, UINT32_MAX));
 }
 
-// The stored result of `p`, if any, answered at once.
-bool answer_from_store(node_actor* self, pending_request& p, const std::string& candidate_id) {
+// Whether evaluations occupy a simulated device (model backend, simulate_device > 0).
+bool simulated(node_actor* self) {
+  return self->state.config.simulate_device.count() > 0 && self->state.config.backend == "model";
+}
+
+// The stored result of `p`, if any (counted as a cache hit).
+std::optional<payload> stored_result(node_actor* self, const pending_request& p,
+                                     const std::string& candidate_id) {
   auto* store = self->state.config.store;
   if (!store || p.key.empty())
-    return false;
+    return std::nullopt;
   auto found = store->find(p.key);
   if (!found)
-    return false;
+    return std::nullopt;
   std::string err;
   auto result = stamped_result(*found, p.key, true, candidate_id, err);
   if (!err.empty()) {
     ++self->state.store_errors;  // an unreadable record: evaluate afresh
-    return false;
+    return std::nullopt;
   }
   ++self->state.cache_hits;
-  p.promise.deliver(std::move(result));
+  return result;
+}
+
+// The stored result of `p`, if any, answered at once.
+bool answer_from_store(node_actor* self, pending_request& p, const std::string& candidate_id) {
+  auto result = stored_result(self, p, candidate_id);
+  if (!result)
+    return false;
+  p.promise.deliver(std::move(*result));
   p.answered = true;
+  return true;
+}
+
+// The simulated device runs one evaluation at a time: request `id` occupies it for
+// simulate_device after the previous one, and its reply (`result`) waits for that.
+void hold_device(node_actor* self, uint64_t id, payload result) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  st.device_free = std::max(now, st.device_free) + st.config.simulate_device;
+  st.pending.at(id).result = std::move(result);
+  self->delayed_send(self, st.device_free - now, release_atom::value, id);
+}
+
+// On a simulated device a store hit is device work like any other evaluation (capacity
+// planning must not depend on the cache): admitted request `id` takes its turn on the
+// device with the stored result. False when nothing is stored for it.
+bool hit_on_device(node_actor* self, uint64_t id, const std::string& candidate_id) {
+  auto result = stored_result(self, self->state.pending.at(id), candidate_id);
+  if (!result)
+    return false;
+  hold_device(self, id, std::move(*result));
   return true;
 }
 
@@ -172,13 +208,8 @@ void on_result(node_actor* self, uint64_t id, payload& result) {
     // Recorded before the reply: a repeat sent on receipt of the reply is a store hit.
     record(self, p, out);
     result = std::move(out);
-    if (st.config.simulate_device.count() > 0 && st.config.backend == "model") {
-      // The simulated device runs one evaluation at a time: each occupies it for
-      // simulate_device after the previous one, and the reply waits for that.
-      auto now = self->clock().now();
-      st.device_free = std::max(now, st.device_free) + st.config.simulate_device;
-      p.result = std::move(result);
-      self->delayed_send(self, st.device_free - now, release_atom::value, id);
+    if (simulated(self)) {
+      hold_device(self, id, std::move(result));
       return;
     }
   }
@@ -262,8 +293,9 @@ void evaluate_checked(node_actor* self, pending_request& p, payload& bytes,
   std::string candidate_id = request.getCandidate().getId();
   if (!st.jax_version.empty()) {
     p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
-    // Store hits are answered before anything else, even when the queue is full.
-    if (answer_from_store(self, p, candidate_id))
+    // Store hits are answered before anything else, even when the queue is full; on a
+    // simulated device they queue for it (below).
+    if (!simulated(self) && answer_from_store(self, p, candidate_id))
       return;
   }
   // The pool evaluates for the chip resolved here.
@@ -283,7 +315,7 @@ void evaluate_checked(node_actor* self, pending_request& p, payload& bytes,
   if (st.jax_version.empty()) {
     st.waiting_version.push_back(id);
     ask_version(self);
-  } else {
+  } else if (!simulated(self) || !hit_on_device(self, id, candidate_id)) {
     dispatch(self, id);
   }
 }
@@ -335,7 +367,11 @@ void on_version(node_actor* self, const std::string& jax_version, const std::str
       auto msg = open_checked<schema::EvalRequest>(p.request, err);
       auto request = msg->root<schema::EvalRequest>();
       p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
-      if (answer_from_store(self, p, request.getCandidate().getId().cStr())) {
+      std::string candidate_id = request.getCandidate().getId().cStr();
+      if (simulated(self)) {
+        if (hit_on_device(self, id, candidate_id))
+          continue;
+      } else if (answer_from_store(self, p, candidate_id)) {
         finish(self, id);
         continue;
       }

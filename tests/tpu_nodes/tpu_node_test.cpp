@@ -269,6 +269,53 @@ TEST_F(TpuNode, SimulatedDeviceTimeDelaysEachEvaluationInTurn) {
             std::string(bm->root<schema::EvalResult>().getKey().cStr()));
 }
 
+// Capacity planning must not depend on the cache: on a simulated device a store hit takes
+// its turn on the device like an evaluation, without reaching the pool.
+TEST_F(TpuNode, SimulatedDeviceTimeAppliesToStoreHits) {
+  std::string err;
+  auto store = search::evaluation_store::open(":memory:", err);
+  ASSERT_TRUE(store) << err;
+  auto cfg = config(store.get());
+  cfg.simulate_device = 500ms;
+  auto n = node(cfg);
+  auto source = test_kernel("syntax_error") + "\n# stored\n";
+  env->self->send(n, messages::evaluate_atom::value, eval_request(source));
+  env->run_messages();
+  env->advance_time(500ms);
+  env->run_messages();
+  auto first = next_reply();
+  ASSERT_TRUE(first.arrived && first.value) << caf::to_string(first.error);
+  EXPECT_FALSE(open_result(*first.value)->root<schema::EvalResult>().getCached());
+  ASSERT_EQ(store->size(), 1u);
+
+  // Two repeats: both hits, answered one device slot after the other.
+  env->self->send(n, messages::evaluate_atom::value, eval_request(source));
+  env->self->send(n, messages::evaluate_atom::value, eval_request(source));
+  run_only(n);
+  EXPECT_FALSE(env->sched.has_job()) << "a store hit reached another actor";
+  EXPECT_FALSE(next_reply().arrived);
+  env->advance_time(499ms);
+  env->run_messages();
+  EXPECT_FALSE(next_reply().arrived);
+  env->advance_time(1ms);
+  env->run_messages();
+  auto a = next_reply();
+  ASSERT_TRUE(a.arrived && a.value) << caf::to_string(a.error);
+  EXPECT_TRUE(open_result(*a.value)->root<schema::EvalResult>().getCached());
+  EXPECT_FALSE(next_reply().arrived);
+  env->advance_time(500ms);
+  env->run_messages();
+  auto b = next_reply();
+  ASSERT_TRUE(b.arrived && b.value) << caf::to_string(b.error);
+  EXPECT_TRUE(open_result(*b.value)->root<schema::EvalResult>().getCached());
+
+  std::optional<messages::decoded_message> keep;
+  auto ni = info(n, keep);
+  EXPECT_EQ(ni.getEvaluations(), 1u);
+  EXPECT_EQ(ni.getCacheHits(), 2u);
+  EXPECT_EQ(ni.getQueueDepth(), 0u);
+}
+
 TEST_F(TpuNode, InfoDescribesTheNodeAndItsPool) {
   auto cfg = config();
   cfg.node_id = "host-a:3";
