@@ -117,7 +117,8 @@ int run_node(const node_command_options& opts) {
   so.chip = cfg.chip;
   so.nodes = cfg.devices;
   so.workers = cfg.workers;
-  so.use_store = false;
+  so.use_store = !opts.state_dir.empty();  // a host-local cache of repeats
+  so.state_dir = opts.state_dir;
   so.token_file = cfg.token_file;
   so.heartbeat = std::chrono::milliseconds(cfg.heartbeat_interval_ms);
   so.connection_timeout = std::chrono::milliseconds(cfg.connection_timeout_ms);
@@ -129,9 +130,12 @@ int run_node(const node_command_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 3;
   }
-  std::cerr << fmt::format("node: {} device(s) ({} backend, {}), {} worker(s), JAX {}\n",
+  std::cerr << fmt::format("node: {} device(s) ({} backend, {}), {} worker(s), JAX {}{}\n",
                            cfg.devices, session.backend(), cfg.chip, session.workers(),
-                           session.jax_version());
+                           session.jax_version(),
+                           session.store_path().empty()
+                             ? ""
+                             : ", host-local store " + session.store_path());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   bool announced = false;

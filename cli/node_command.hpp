@@ -18,6 +18,7 @@ struct node_command_options {
   std::string chip;          // "": the file's (default v6e)
   int workers = -1;          // -1: the file's; 0: one per core
   unsigned simulate_device_ms = 0;
+  std::string state_dir;     // "": no store; else a host-local store of evaluations there
   uint64_t memory_limit_bytes = 8ull << 30;
   double retry_seconds = 1;  // between attempts to join
   double deadline_seconds = 600;

@@ -105,7 +105,9 @@ bool node_session::start(std::string& error) {
              : tpu_nodes::tpu_chips_on_host() > 0 ? "jax-tpu"
                                                   : "model";
   bool node_process = opts_.role == session_options::cluster_role::node;
-  if (opts_.use_store && !node_process) {  // a node process: the supervisor keeps the store
+  // A node process: the supervisor keeps the store; a node-local one (a host-local cache of
+  // repeats) only when a state directory is given.
+  if (opts_.use_store && (!node_process || !opts_.state_dir.empty())) {
     auto dir = opts_.state_dir.empty() ? search::default_state_dir() : opts_.state_dir;
     store_path_ = search::default_store_path(dir);
     impl_->store = search::evaluation_store::open(store_path_, error);

@@ -37,7 +37,8 @@ struct session_options {
   bool dispatch = false;
   // A cluster's processes (docs/cluster.md). supervisor: no nodes of its own; a dispatcher
   // that waits for remote nodes is published on `listen`, with the store in front of it.
-  // node: `nodes` devices and their worker pool, no store (the supervisor keeps it); they
+  // node: `nodes` devices and their worker pool, no store (the supervisor keeps it) unless
+  // `state_dir` names a host-local one that answers repeats; they
   // join a supervisor's dispatcher (cli/node_command). Both load CAF's middleman with
   // heartbeats, so a frozen peer is noticed.
   enum class cluster_role { none, supervisor, node } role = cluster_role::none;
