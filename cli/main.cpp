@@ -236,6 +236,8 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(0, 1024));
   node_cmd->add_option("--simulate-device-ms", node.simulate_device_ms,
                        "model backend: simulated device time per evaluation");
+  node_cmd->add_option("--state-dir", node.state_dir,
+                       "a host-local evaluation store that answers repeats (default: none)");
   node_cmd->add_option("--retry", node.retry_seconds,
                        "seconds between attempts to join (default 1)")
     ->check(CLI::PositiveNumber);
