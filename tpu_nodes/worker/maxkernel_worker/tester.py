@@ -786,7 +786,15 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
                 expected = _run_reference(task, c, args, seed, kind)
             result, error_class = compare(got, expected, task.tolerance)
             if error_class == "mismatch":
-                note = _rejudge_in_float64(task, c, args, got, expected)
+                try:
+                    note = _rejudge_in_float64(task, c, args, got, expected)
+                except MemoryError:
+                    # A float64 reference too large for the worker's memory limit cannot say:
+                    # the mismatch stands, and the candidate's failure is a mismatch, not a
+                    # crash of the harness.
+                    note = ""
+                    report["notes"].append(f"configuration {c}, seed {seed} ({kind}): the "
+                                           "float64 re-judge did not fit in memory")
                 if note:
                     result = dict(result, passed=True, message=note)
                     error_class = None
