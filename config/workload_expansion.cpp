@@ -242,8 +242,22 @@ kernel prefill_attention(const expansion& x, const std::string& role, int64_t b,
   r.inputs = array("q", "B, HQ, S, D", x.dt(), normal(0, 1)) +
              array("k", "B, HKV, S, D", x.dt(), normal(0, 1)) +
              array("v", "B, HKV, S, " + v_dim, x.dt(), normal(0, 1));
-  if (window)
-    r.inputs += static_arg("window", std::to_string(window));
+  if (window) {
+    // The window is a dim tied to S (when it divides S) and reaches the reference as an input
+    // drawn from it: the worker's reduced-size tests then shrink it with the sequence, so the
+    // window mask is tested and not covered by a sequence shorter than the window.
+    r.dims.push_back({"W", window, s % window == 0 ? fmt::format("S // {}", s / window) : ""});
+    r.inputs +=
+      "  - name: window\n"
+      "    shape: [1]\n"
+      "    dtype: int32\n"
+      "    structural: true\n"
+      "    generator:\n"
+      "      code: |\n"
+      "        import numpy as np\n\n"
+      "        def generate(rng, shape, dtype, dims):\n"
+      "            return np.full(shape, dims[\"W\"])\n";
+  }
   r.reference = fmt::format(
     "import jax\n"
     "import jax.numpy as jnp\n\n"
@@ -262,7 +276,7 @@ kernel prefill_attention(const expansion& x, const std::string& role, int64_t b,
     "    out = jnp.einsum(\"bngqk,bnkd->bngqd\", probs, v.astype(jnp.float32))\n"
     "    return out.reshape(batch, num_q_heads, seq_len, v_dim).astype(q.dtype)\n",
     window ? ", window" : "",
-    window ? "    mask = mask & (pos[:, None] - pos[None, :] < window)\n" : "");
+    window ? "    mask = mask & (pos[:, None] - pos[None, :] < window[0])\n" : "");
   r.tolerance = "{atol: 1.0e-2, rtol: 1.0e-2}";
   return r;
 }
