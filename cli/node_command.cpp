@@ -6,6 +6,8 @@
 #include "config/cluster_config.hpp"
 #include "messages/dispatcher_actor.hpp"
 #include "messages/error.hpp"
+#include "search/evaluation_store.hpp"
+#include "search/state_dir.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -110,6 +112,14 @@ int run_node(const node_command_options& opts) {
     }
     for (auto& w : creds->warnings)
       std::cerr << "warning: " << w << "\n";
+  }
+  if (!opts.state_dir.empty()) {
+    // A store that does not open is bad input, told apart from a worker that does not start.
+    auto store = search::evaluation_store::open(search::default_store_path(opts.state_dir), error);
+    if (!store) {
+      std::cerr << "error: --state-dir " << opts.state_dir << ": " << error << "\n";
+      return 2;
+    }
   }
   session_options so;
   so.role = session_options::cluster_role::node;
