@@ -20,6 +20,7 @@
 //
 //   bench_cluster SPEC.yaml KERNEL.py --nodes=K [--evaluations=M] [--in-flight=F]
 //                 [--credits=C] [--token-file=F] [--port-file=PATH] [--json]
+//                 [CAF options, e.g. --scheduler.policy=sharing]
 #include "cluster/cluster_credentials.hpp"
 #include "cluster/dispatcher.hpp"
 #include "cluster/secure_transport.hpp"
@@ -69,13 +70,15 @@ struct options {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "bench_cluster: " << why
             << "\nusage: bench_cluster SPEC.yaml KERNEL.py --nodes=K [--evaluations=M] "
-               "[--in-flight=F] [--credits=C] [--token-file=F] [--port-file=PATH] [--json]\n";
+               "[--in-flight=F] [--credits=C] [--token-file=F] [--port-file=PATH] [--json] "
+               "[CAF options]\n";
   std::exit(2);
 }
 
-options parse(int argc, char** argv) {
+options parse(int argc, char** argv, std::vector<char*>& caf_args) {
   options o;
   std::vector<std::string> positional;
+  caf_args.push_back(argv[0]);
   auto number = [](const std::string& arg, const std::string& v) {
     try {
       size_t used = 0;
@@ -105,6 +108,8 @@ options parse(int argc, char** argv) {
       o.port_file = value;
     else if (a == "--json")
       o.json = true;
+    else if (a.rfind("--", 0) == 0 && key.find('.') != std::string::npos)
+      caf_args.push_back(argv[i]);  // CAF's own, e.g. --scheduler.policy=sharing
     else if (a.rfind("--", 0) == 0)
       usage("unknown option " + a);
     else
@@ -202,7 +207,8 @@ node_view nodes_of(caf::actor_system& sys, const messages::dispatcher_actor& d) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto o = parse(argc, argv);
+  std::vector<char*> caf_args;
+  auto o = parse(argc, argv, caf_args);
   capnp::MallocMessageBuilder spec_msg;
   config::spec_error spec_err;
   if (!config::load_native_spec(o.spec_path, {}, spec_msg.initRoot<schema::KernelSpec>(),
@@ -226,6 +232,10 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   messages::register_types(cfg);
   cfg.load<caf::io::middleman>();
+  if (auto err = cfg.parse(static_cast<int>(caf_args.size()), caf_args.data())) {
+    std::cerr << "bench_cluster: " << cfg.render(err) << "\n";
+    return 2;
+  }
   // As `maxkernel supervisor` (cluster.yaml's defaults).
   cfg.set("middleman.heartbeat-interval", caf::timespan{200ms});
   cfg.set("middleman.connection-timeout", caf::timespan{1000ms});
