@@ -82,6 +82,10 @@ bool node_session::start_supervisor(std::string& error) {
   cluster::dispatcher_config dc;
   dc.default_deadline = opts_.deadline;
   dc.wait_for_nodes = true;
+  // A remote node has workers of its own: a second request waiting at it keeps its device
+  // busy between answers (scripts/bench-cluster: efficiency 0.91-0.95 with one credit, 0.98-1.0
+  // with two, at a simulated 20 ms per evaluation).
+  dc.credits_per_node = 2;
   impl_->dispatcher = cluster::spawn_dispatcher(*impl_->sys, {}, dc);
   tpu_nodes::store_front_config sc;
   sc.store = impl_->store.get();
