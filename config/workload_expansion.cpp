@@ -411,7 +411,11 @@ kernel expert_ffn(const expansion& x, const std::string& role, int64_t m, int64_
     "    out = jax.lax.ragged_dot(hidden, w_down, group_sizes, preferred_element_type=jnp.float32)\n"
     "    return out.astype(lhs.dtype)\n",
     activation_code(act));
-  r.tolerance = "{atol: 1.0e-3, rtol: 1.0e-2}";
+  // atol 2^-8 (bf16's unit roundoff at the output's unit scale): where a kernel rounds the
+  // hidden to bf16 differs from the reference, and over F terms that moves outputs of std ~1
+  // by a few 1e-3 (DeepSeek-V3 decode at full E: 66 of 3.7M elements off by up to 2.4e-3
+  // failed atol 1e-3)
+  r.tolerance = "{atol: 3.90625e-3, rtol: 1.0e-2}";
   return r;
 }
 
