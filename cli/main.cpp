@@ -13,6 +13,7 @@
 #include "cli/propose_command.hpp"
 #include "cli/shell_command.hpp"
 #include "cli/template_command.hpp"
+#include "cli/workload_cli.hpp"
 #include "cli/spec_command.hpp"
 #include "config/chip_names.hpp"
 #include "messages/version.hpp"
@@ -169,6 +170,9 @@ int main(int argc, char** argv) {
     if (o->get_name() == "--budget-evals")
       o->description("candidates to evaluate per task (default 16; 0: no cap)");
 
+  maxkernel::cli::workload_options workload;
+  auto* workload_cmd = maxkernel::cli::add_workload_command(app, workload, chips);
+
   maxkernel::cli::template_options tmpl;
   auto* template_cmd = app.add_subcommand(
     "template", "which expert templates match a task's reference, and the kernel one renders");
@@ -312,6 +316,8 @@ int main(int argc, char** argv) {
       return maxkernel::cli::run_node(node);
     if (*bench_cmd)
       return maxkernel::cli::run_bench(bench);
+    if (*workload_cmd)
+      return maxkernel::cli::run_workload(workload);
     if (*calibrate_cmd)
       return maxkernel::cli::run_calibrate(calibrate);
     if (*attach_cmd)
