@@ -1,7 +1,7 @@
 #include "cli/cluster_connection.hpp"
 
 #include "cli/output_file.hpp"
-#include "cluster/cluster_credentials.hpp"
+#include "cli/token_file.hpp"
 #include "cluster/curve_handshake_watch.hpp"
 #include "cluster/secure_transport.hpp"
 #include "config/cluster_config.hpp"
@@ -25,13 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream data;
-  data << in.rdbuf();
-  return data.str();
-}
-
 // The task's files: the spec file, or every file of its directory (hidden files and
 // __pycache__ left out), with paths relative to the task.
 std::vector<std::pair<std::string, std::string>> task_files(const fs::path& spec, bool& is_dir) {
@@ -39,7 +32,7 @@ std::vector<std::pair<std::string, std::string>> task_files(const fs::path& spec
   std::error_code ec;
   is_dir = fs::is_directory(spec, ec);
   if (!is_dir) {
-    files.emplace_back(spec.filename().string(), read_file(spec));
+    files.emplace_back(spec.filename().string(), read_whole_file(spec));
     return files;
   }
   for (auto it = fs::recursive_directory_iterator(spec, ec); it != fs::recursive_directory_iterator();
@@ -51,7 +44,7 @@ std::vector<std::pair<std::string, std::string>> task_files(const fs::path& spec
       continue;
     }
     if (it->is_regular_file(ec))
-      files.emplace_back(fs::relative(it->path(), spec, ec).string(), read_file(it->path()));
+      files.emplace_back(fs::relative(it->path(), spec, ec).string(), read_whole_file(it->path()));
   }
   return files;
 }
@@ -91,11 +84,10 @@ int cluster_connection::open(const cluster_client_options& client, std::ostream&
   try {
     std::unique_ptr<cluster::curve_handshake_watch> watch;
     if (!client.token_file.empty()) {
-      auto creds = cluster::read_cluster_credentials(client.token_file, error);
-      if (!creds) {
-        err << "error: --token-file: " << error << "\n";
-        return error.rfind("authentication failed", 0) == 0 ? 3 : 2;
-      }
+      int code = 0;
+      auto creds = load_token_file(client.token_file, err, code);
+      if (!creds)
+        return code;
       cluster::make_curve_client(socket, *creds);
       watch = std::make_unique<cluster::curve_handshake_watch>(impl_->context, socket);
     }

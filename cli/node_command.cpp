@@ -1,7 +1,7 @@
 #include "cli/node_command.hpp"
 
 #include "cli/node_session.hpp"
-#include "cluster/cluster_credentials.hpp"
+#include "cli/token_file.hpp"
 #include "cluster/secure_transport.hpp"
 #include "config/cluster_config.hpp"
 #include "messages/dispatcher_actor.hpp"
@@ -104,15 +104,9 @@ int run_node(const node_command_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  if (!cfg.token_file.empty()) {
-    auto creds = cluster::read_cluster_credentials(cfg.token_file, error);
-    if (!creds) {
-      std::cerr << "error: --token-file: " << error << "\n";
-      return 2;
-    }
-    for (auto& w : creds->warnings)
-      std::cerr << "warning: " << w << "\n";
-  }
+  int code = 0;
+  if (!cfg.token_file.empty() && !load_token_file(cfg.token_file, std::cerr, code))
+    return code;
   if (!opts.state_dir.empty()) {
     // A store that does not open is bad input, told apart from a worker that does not start.
     auto store = search::evaluation_store::open(search::default_store_path(opts.state_dir), error);

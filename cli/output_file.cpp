@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 
 namespace maxkernel::cli {
@@ -53,6 +54,13 @@ bool make_output_dir(const std::string& dir, std::string& error) {
     return false;
   }
   return true;
+}
+
+std::string read_whole_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream data;
+  data << in.rdbuf();
+  return data.str();
 }
 
 }  // namespace maxkernel::cli

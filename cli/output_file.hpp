@@ -1,6 +1,7 @@
-// Writing a command's output file whole or not at all.
+// Writing a command's output file whole or not at all, and reading one back.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace maxkernel::cli {
@@ -14,5 +15,8 @@ bool make_output_dir(const std::string& dir, std::string& error);
 
 // Checks before any work that `target`'s directory exists ("-" and "" always pass).
 bool output_dir_exists(const std::string& target, std::string& error);
+
+// The bytes of the file at `path` ("" when it cannot be read).
+std::string read_whole_file(const std::filesystem::path& path);
 
 }  // namespace maxkernel::cli

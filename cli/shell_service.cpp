@@ -1,6 +1,7 @@
 #include "cli/shell_service.hpp"
 
 #include "actors/kernel_diff.hpp"
+#include "cli/output_file.hpp"
 #include "maxkernel/schema/common.capnp.h"
 #include "messages/capnp_io.hpp"
 #include "messages/payload_codec.hpp"
@@ -21,13 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_whole(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream data;
-  data << in.rdbuf();
-  return data.str();
-}
 
 // One submitted task, as its directory tells.
 struct task_entry {
@@ -51,7 +45,7 @@ std::vector<task_entry> list_tasks(const shell_context& ctx) {
     t.id = entry.path().filename().string();
     t.dir = entry.path();
     std::string error;
-    if (auto msg = messages::decoded_message::parse(read_whole(t.dir / "request.bin"), error)) {
+    if (auto msg = messages::decoded_message::parse(read_whole_file(t.dir / "request.bin"), error)) {
       try {
         auto sub = msg->root<schema::ClientRequest>().getSubmit();
         t.name = fs::path(sub.getSpecName().cStr()).stem().string();
@@ -68,12 +62,12 @@ std::vector<task_entry> list_tasks(const shell_context& ctx) {
     }
     if (fs::exists(t.dir / "exit_code", ec)) {
       t.state = "finished";
-      t.exit_code = std::atoi(read_whole(t.dir / "exit_code").c_str());
+      t.exit_code = std::atoi(read_whole_file(t.dir / "exit_code").c_str());
     } else {
       t.state = ctx.running.count(t.id) ? "running" : "interrupted";
     }
     if (fs::exists(t.dir / "out" / "result.json", ec)) {
-      auto parsed = json::parse(read_whole(t.dir / "out" / "result.json"), nullptr, false);
+      auto parsed = json::parse(read_whole_file(t.dir / "out" / "result.json"), nullptr, false);
       if (!parsed.is_discarded())
         t.result = std::move(parsed);
     }
@@ -125,7 +119,7 @@ void done(schema::ShellReply::Builder reply, const std::string& text, const json
 
 std::vector<std::string> log_lines(const task_entry& t) {
   std::vector<std::string> lines;
-  std::istringstream in(read_whole(t.dir / "log.txt"));
+  std::istringstream in(read_whole_file(t.dir / "log.txt"));
   for (std::string line; std::getline(in, line);) {
     auto cr = line.rfind('\r');  // a progress line rewritten in place: its last state
     lines.push_back(cr == std::string::npos ? line : line.substr(cr + 1));
@@ -170,7 +164,7 @@ void show_command(const task_entry& t, schema::ShellReply::Builder reply) {
 
 // The best vertex's ancestry from the first candidate, as a tree.
 void graph_command(const task_entry& t, schema::ShellReply::Builder reply) {
-  auto graph = json::parse(read_whole(t.dir / "out" / "graph.json"), nullptr, false);
+  auto graph = json::parse(read_whole_file(t.dir / "out" / "graph.json"), nullptr, false);
   if (graph.is_discarded() || !graph.contains("vertices"))
     return fail(reply, t.id + ": no search graph yet (the task has not finished with outputs)");
   std::map<int, json> by_index;
@@ -291,8 +285,8 @@ void answer_shell(shell_context& ctx, const std::vector<std::string>& words,
     auto b = a ? find_task(ctx, words[2], error) : std::nullopt;
     if (!a || !b)
       return fail(reply, error);
-    auto before = read_whole(a->dir / "out" / "kernel.py");
-    auto after = read_whole(b->dir / "out" / "kernel.py");
+    auto before = read_whole_file(a->dir / "out" / "kernel.py");
+    auto after = read_whole_file(b->dir / "out" / "kernel.py");
     auto d = actors::unified_diff(before, after, a->id + "/kernel.py", b->id + "/kernel.py");
     return done(reply, d.empty() ? "the best kernels are the same\n" : d, json{{"diff", d}});
   }
@@ -313,7 +307,7 @@ void answer_shell(shell_context& ctx, const std::vector<std::string>& words,
     std::error_code ec;
     if (!fs::exists(t->dir / "out" / "kernel.py", ec))
       return fail(reply, t->id + ": no kernel yet (it has not finished with outputs)");
-    auto source = read_whole(t->dir / "out" / "kernel.py");
+    auto source = read_whole_file(t->dir / "out" / "kernel.py");
     return done(reply, source, json{{"id", t->id}, {"kernel", source}});
   }
   if (cmd == "log") {
@@ -348,7 +342,7 @@ void answer_shell(shell_context& ctx, const std::vector<std::string>& words,
   for (auto it = fs::recursive_directory_iterator(out, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec))
     if (it->is_regular_file(ec))
-      files.emplace_back(fs::relative(it->path(), out, ec).string(), read_whole(it->path()));
+      files.emplace_back(fs::relative(it->path(), out, ec).string(), read_whole_file(it->path()));
   if (files.empty())
     return fail(reply, t->id + ": no outputs (it has not finished, or was submitted without --out)");
   auto list = reply.initFiles(static_cast<unsigned>(files.size()));

@@ -197,13 +197,6 @@ int run_submission(node_session& session, optimize_options opts, const std::stri
                              started, std::move(io));
 }
 
-std::string read_whole(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream data;
-  data << in.rdbuf();
-  return data.str();
-}
-
 void read_outputs(const fs::path& dir, std::vector<std::pair<std::string, std::string>>& files) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -211,7 +204,7 @@ void read_outputs(const fs::path& dir, std::vector<std::pair<std::string, std::s
   for (auto& entry : fs::recursive_directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec))
       continue;
-    files.emplace_back(fs::relative(entry.path(), dir, ec).string(), read_whole(entry.path()));
+    files.emplace_back(fs::relative(entry.path(), dir, ec).string(), read_whole_file(entry.path()));
   }
 }
 
@@ -362,7 +355,7 @@ void submission_server::impl::resume_unfinished() {
   std::sort(dirs.begin(), dirs.end());
   for (auto& dir : dirs) {
     std::string error;
-    auto bytes = read_whole(dir / "request.bin");
+    auto bytes = read_whole_file(dir / "request.bin");
     auto msg = messages::decoded_message::parse(bytes, error);
     if (!msg)
       continue;
@@ -372,7 +365,7 @@ void submission_server::impl::resume_unfinished() {
         continue;
       std::cerr << "supervisor: resuming " << dir.filename().string() << "\n";
       resumed_messages.push_back(std::move(*msg));
-      start_run(read_whole(dir / "client"), dir,
+      start_run(read_whole_file(dir / "client"), dir,
                 resumed_messages.back().root<schema::ClientRequest>().getSubmit(), true);
     } catch (const kj::Exception& e) {
       std::cerr << "supervisor: cannot resume " << dir.string() << ": "

@@ -2,7 +2,7 @@
 
 #include "cli/node_session.hpp"
 #include "cli/submission_server.hpp"
-#include "cluster/cluster_credentials.hpp"
+#include "cli/token_file.hpp"
 #include "config/cluster_config.hpp"
 #include "search/state_dir.hpp"
 
@@ -61,14 +61,10 @@ int run_supervisor(const supervisor_command_options& opts) {
     std::cerr << "error: no state directory (no home): give --state-dir\n";
     return 2;
   }
+  int code = 0;
   if (!cfg.token_file.empty()) {
-    auto creds = cluster::read_cluster_credentials(cfg.token_file, error);
-    if (!creds) {
-      std::cerr << "error: --token-file: " << error << "\n";
-      return 2;
-    }
-    for (auto& w : creds->warnings)
-      std::cerr << "warning: " << w << "\n";
+    if (!load_token_file(cfg.token_file, std::cerr, code))
+      return code;
   } else {
     std::cerr << "warning: no --token-file: the node and client ports take any peer (run "
                  "`maxkernel cluster init DIR` and give --token-file DIR/token)\n";
