@@ -87,13 +87,9 @@ public:
     if (cmd == "submit")
       return submit(words);
     auto reply = ask(words);
-    if (!reply)
-      return 3;
+    if (int code = verdict(reply))
+      return code;
     auto r = reply->root<schema::ClientEvent>().getReply();
-    if (!r.getOk()) {
-      std::cerr << "error: " << r.getText().cStr();
-      return 1;
-    }
     if (cmd == "export") {
       if (words.size() < 3) {
         std::cerr << "error: usage: export TASK DIR\n";
@@ -136,6 +132,17 @@ public:
   }
 
 private:
+  // 0 when the supervisor answered and says ok; else 3 (no answer) or 1 (it says why).
+  static int verdict(std::optional<messages::decoded_message>& reply) {
+    if (!reply)
+      return 3;
+    auto r = reply->root<schema::ClientEvent>().getReply();
+    if (r.getOk())
+      return 0;
+    std::cerr << "error: " << r.getText().cStr();
+    return 1;
+  }
+
   void print(schema::ShellReply::Reader r, const std::string& text) {
     if (opts_.json)
       std::cout << (r.getJson().size() ? r.getJson().cStr() : "{}") << "\n";
@@ -221,14 +228,9 @@ private:
     }
     conn_.send(request);
     auto reply = await_reply();
-    if (!reply)
-      return 3;
-    auto r = reply->root<schema::ClientEvent>().getReply();
-    if (!r.getOk()) {
-      std::cerr << "error: " << r.getText().cStr();
-      return 1;
-    }
-    print(r, "");
+    if (int code = verdict(reply))
+      return code;
+    print(reply->root<schema::ClientEvent>().getReply(), "");
     return 0;
   }
 

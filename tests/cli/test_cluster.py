@@ -179,13 +179,18 @@ def test_a_graph_search_runs_on_three_node_processes(fault_free):
     assert len(done) == 3 and all(d > 0 for d in done), fault_free.status
 
 
-def run_with_fault(cluster, fault):
-    """Three nodes; `fault(node)` is done to the second once the search's first round is out."""
+def start_search_on_three_nodes(cluster):
+    """A supervisor, three node processes joined, and the search submitted to them."""
     cluster.start_supervisor()
     nodes = [cluster.start_node() for _ in range(3)]
     wait_for(lambda: all(cluster.joined(n) for n in nodes), 120, "three nodes to join")
     out = cluster.base / "out"
-    proc = cluster.optimize(out)
+    return nodes, out, cluster.optimize(out)
+
+
+def run_with_fault(cluster, fault):
+    """Three nodes; `fault(node)` is done to the second once the search's first round is out."""
+    nodes, out, proc = start_search_on_three_nodes(cluster)
     # The reference and the first candidate are back: the search's rounds are under way.
     wait_for(lambda: dispatcher_completed(cluster.status()) >= 2, 300, "two evaluations")
     fault(nodes[1])
@@ -241,11 +246,7 @@ def dispatcher_completed(status):
 
 
 def test_a_killed_supervisor_resumes_without_redoing_finished_work(cluster, fault_free):
-    cluster.start_supervisor()
-    nodes = [cluster.start_node() for _ in range(3)]
-    wait_for(lambda: all(cluster.joined(n) for n in nodes), 120, "three nodes to join")
-    out = cluster.base / "out"
-    proc = cluster.optimize(out)
+    nodes, out, proc = start_search_on_three_nodes(cluster)
     wait_for(lambda: stored_evaluations(cluster.state) >= 3, 600, "three stored evaluations")
     os.killpg(cluster.supervisor.pid, signal.SIGKILL)
     cluster.supervisor.wait(timeout=30)
