@@ -3,12 +3,8 @@
 #include "config/chip_names.hpp"
 #include "config/field_reader.hpp"
 #include "config/nearest_name.hpp"
-#include "config/node_budget.hpp"
 #include "config/shown_value.hpp"
-#include "config/spec_error.hpp"
-#include "config/spec_failure.hpp"
-#include "config/spec_file.hpp"
-#include "config/yaml_document.hpp"
+#include "config/yaml_config_file.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -35,17 +31,6 @@ constexpr int64_t max_heartbeat_ms = 60'000;
 constexpr int64_t max_timeout_ms = 600'000;
 constexpr int64_t max_devices = 4096;
 constexpr int64_t max_workers = 1024;
-
-[[noreturn]] void throw_error(const std::string& file, const YAML::Mark& mark,
-                              const std::string& field, const std::string& message) {
-  spec_failure f;
-  f.error.file = file;
-  f.error.line = mark.line >= 0 ? mark.line + 1 : 1;
-  f.error.column = mark.line >= 0 && mark.column >= 0 ? mark.column + 1 : 1;
-  f.error.field = field;
-  f.error.message = message;
-  throw f;
-}
 
 host_port read_endpoint(const field_reader& r, const YAML::Node& n, const std::string& field,
                         bool allow_port_zero) {
@@ -228,42 +213,19 @@ bool parse_host_port(const std::string& text, std::string& host, uint16_t& port,
 std::optional<cluster_config> parse_cluster_config(const std::string& text,
                                                    const std::string& file,
                                                    std::string& error) {
-  try {
-    auto document = parse_single_document(text);
-    if (!document.error.empty())
-      throw_error(file, document.mark, document_field, document.error);
-    auto budget = check_node_budget(document.root);
-    if (!budget.ok)
-      throw_error(file, budget.mark, budget.field, budget.message);
-    field_reader reader(file);
-    cluster_config c = parse(document.root, reader, file);
-    c.source_path = file;
-    return c;
-  } catch (const spec_failure& f) {
-    error = f.error.what();
-  } catch (const YAML::Exception& ex) {
-    spec_error e;
-    e.file = file;
-    e.line = ex.mark.line >= 0 ? ex.mark.line + 1 : 0;
-    e.column = ex.mark.line >= 0 && ex.mark.column >= 0 ? ex.mark.column + 1 : 0;
-    e.field = document_field;
-    e.message = "YAML syntax error: " + (ex.msg.empty() ? std::string("malformed YAML") : ex.msg);
-    error = e.what();
-  } catch (const std::exception& ex) {
-    error = fmt::format("{}: cannot load the cluster config: {}", file, ex.what());
-  }
-  return std::nullopt;
+  cluster_config c;
+  field_reader reader(file);
+  if (!parse_config_document(text, file, "the cluster config",
+                             [&](const YAML::Node& root) { c = parse(root, reader, file); }, error))
+    return std::nullopt;
+  c.source_path = file;
+  return c;
 }
 
 std::optional<cluster_config> load_cluster_config(const std::string& path, std::string& error) {
-  spec_error file_error;
-  auto text = read_text_file(path, file_error);
-  if (!text) {
-    file_error.file = path;
-    file_error.field = "";
-    error = file_error.what();
+  auto text = read_config_file(path, error);
+  if (!text)
     return std::nullopt;
-  }
   return parse_cluster_config(*text, path, error);
 }
 

@@ -1,12 +1,8 @@
 #include "config/workload_config.hpp"
 
 #include "config/field_reader.hpp"
-#include "config/node_budget.hpp"
 #include "config/shown_value.hpp"
-#include "config/spec_error.hpp"
-#include "config/spec_failure.hpp"
-#include "config/spec_file.hpp"
-#include "config/yaml_document.hpp"
+#include "config/yaml_config_file.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -35,17 +31,6 @@ const std::vector<std::string> mla_keys{"q_lora_rank", "kv_lora_rank", "qk_nope_
 // terabytes; the spec loader's memory limit is the real bound.
 constexpr int64_t max_width = 1 << 20;
 constexpr int64_t max_tokens = 1 << 24;
-
-[[noreturn]] void throw_error(const std::string& file, const YAML::Mark& mark,
-                              const std::string& field, const std::string& message) {
-  spec_failure f;
-  f.error.file = file;
-  f.error.line = mark.line >= 0 ? mark.line + 1 : 1;
-  f.error.column = mark.line >= 0 && mark.column >= 0 ? mark.column + 1 : 1;
-  f.error.field = field;
-  f.error.message = message;
-  throw f;
-}
 
 uint32_t read_size(const field_reader& r, const YAML::Node& n, const std::string& field,
                    int64_t low, int64_t high) {
@@ -135,7 +120,7 @@ mla_config parse_mla(const YAML::Node& node, const field_reader& r) {
 
 workload_config parse(const YAML::Node& root, const field_reader& r) {
   if (!root.IsDefined() || root.IsNull() || !root.IsMap())  // an empty file has no mark: line 1
-    throw_error(r.file(), root.IsDefined() ? root.Mark() : YAML::Mark::null_mark(), document_field,
+    throw_config_error(r.file(), root.IsDefined() ? root.Mark() : YAML::Mark::null_mark(), document_field,
                 fmt::format("a workload is a mapping (name: ..., layers: ..., ...), got {}",
                             field_reader::describe(root)));
   workload_config c;
@@ -238,42 +223,19 @@ workload_config parse(const YAML::Node& root, const field_reader& r) {
 std::optional<workload_config> parse_workload_config(const std::string& text,
                                                      const std::string& file,
                                                      std::string& error) {
-  try {
-    auto document = parse_single_document(text);
-    if (!document.error.empty())
-      throw_error(file, document.mark, document_field, document.error);
-    auto budget = check_node_budget(document.root);
-    if (!budget.ok)
-      throw_error(file, budget.mark, budget.field, budget.message);
-    field_reader reader(file);
-    workload_config c = parse(document.root, reader);
-    c.source_path = file;
-    return c;
-  } catch (const spec_failure& f) {
-    error = f.error.what();
-  } catch (const YAML::Exception& ex) {
-    spec_error e;
-    e.file = file;
-    e.line = ex.mark.line >= 0 ? ex.mark.line + 1 : 0;
-    e.column = ex.mark.line >= 0 && ex.mark.column >= 0 ? ex.mark.column + 1 : 0;
-    e.field = document_field;
-    e.message = "YAML syntax error: " + (ex.msg.empty() ? std::string("malformed YAML") : ex.msg);
-    error = e.what();
-  } catch (const std::exception& ex) {
-    error = fmt::format("{}: cannot load the workload: {}", file, ex.what());
-  }
-  return std::nullopt;
+  workload_config c;
+  field_reader reader(file);
+  if (!parse_config_document(text, file, "the workload",
+                             [&](const YAML::Node& root) { c = parse(root, reader); }, error))
+    return std::nullopt;
+  c.source_path = file;
+  return c;
 }
 
 std::optional<workload_config> load_workload_config(const std::string& path, std::string& error) {
-  spec_error file_error;
-  auto text = read_text_file(path, file_error);
-  if (!text) {
-    file_error.file = path;
-    file_error.field = "";
-    error = file_error.what();
+  auto text = read_config_file(path, error);
+  if (!text)
     return std::nullopt;
-  }
   return parse_workload_config(*text, path, error);
 }
 
