@@ -77,21 +77,21 @@ bool valid_optimize_options(const optimize_options& opts, std::string& error) {
   return output_dir_exists(opts.json, error);
 }
 
+bool read_optimize_inputs(const optimize_options& opts, spec_kind& kind,
+                          config::brain_config& brains, std::string& error) {
+  if (!valid_optimize_options(opts, error))
+    return false;
+  kind = classify_spec(opts.spec, error);
+  return kind != spec_kind::invalid && load_brains(opts.brains, brains, error);
+}
+
 int run_optimize(const optimize_options& opts) {
   auto started = clock_type::now();
   std::ostream& human = opts.json == "-" ? std::cerr : std::cout;
   std::string error;
-  if (!valid_optimize_options(opts, error)) {
-    std::cerr << "error: " << error << "\n";
-    return 2;
-  }
-  auto kind = classify_spec(opts.spec, error);
-  if (kind == spec_kind::invalid) {
-    std::cerr << "error: " << error << "\n";
-    return 2;
-  }
+  spec_kind kind;
   config::brain_config brains;
-  if (!load_brains(opts.brains, brains, error)) {
+  if (!read_optimize_inputs(opts, kind, brains, error)) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }

@@ -12,6 +12,9 @@
 // input, 3 environment errors.
 #pragma once
 
+#include "cli/spec_source.hpp"
+#include "config/brain_config.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -55,6 +58,11 @@ struct optimize_options {
 
 // Command-line checks that need no worker (exit 2 with the reason when false).
 bool valid_optimize_options(const optimize_options& opts, std::string& error);
+
+// What every optimize run reads before its session: the options checked, the spec's kind
+// and the brain config. False with `error` (bad input, exit code 2).
+bool read_optimize_inputs(const optimize_options& opts, spec_kind& kind,
+                          config::brain_config& brains, std::string& error);
 
 int run_optimize(const optimize_options& opts);
 

@@ -169,17 +169,9 @@ int run_submission(node_session& session, optimize_options opts, const std::stri
   auto& err = io.err;
   auto started = std::chrono::steady_clock::now();
   std::string error;
-  if (!valid_optimize_options(opts, error)) {
-    err << "error: " << error << "\n";
-    return 2;
-  }
-  auto kind = classify_spec(opts.spec, error);
-  if (kind == spec_kind::invalid) {
-    err << "error: " << error << "\n";
-    return 2;
-  }
+  spec_kind kind;
   config::brain_config brains;
-  if (!load_brains(opts.brains, brains, error)) {
+  if (!read_optimize_inputs(opts, kind, brains, error)) {
     err << "error: " << error << "\n";
     return 2;
   }
