@@ -225,9 +225,10 @@ void submission_server::impl::on_submit(const std::string& identity,
 
   // The task's own copy, where the run reads it and writes its outputs.
   auto stamp = std::chrono::system_clock::now().time_since_epoch();
+  // Ids sort in submission order (the shell's latest task of a name, --resume's order).
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stamp).count();
   auto run_dir = fs::path(config.state_dir) / "submissions"
-                 / fmt::format("{}-{}", std::chrono::duration_cast<std::chrono::seconds>(stamp).count(),
-                               next_run++);
+                 / fmt::format("{}-{:04}", seconds, next_run++);
   auto task_root = run_dir / "task";
   std::error_code ec;
   fs::create_directories(task_root, ec);
