@@ -45,6 +45,8 @@ void iterate(supervisor_self self) {
   for (size_t i = 0; i < run->record.size(); ++i)
     if (run->record.vertex(i).getState() == schema::VertexState::PENDING)
       return run_lineage(self, restart_of(run->record.vertex(i)));
+  if (hold(self, [self] { iterate(self); }))
+    return;
   if (auto reason = run->stop_reason(); !reason.empty())
     return finish(self, reason);
   // The planner moves from the best correct candidate (by its diagnosis) or, before there

@@ -179,6 +179,8 @@ void next_round(supervisor_self self) {
       pending.push_back(restart_of(record.vertex(i)));
   if (!pending.empty())
     return dispatch_round(self, std::move(pending));
+  if (hold(self, [self] { next_round(self); }))
+    return;
   if (auto reason = run->stop_reason(); !reason.empty())
     return finish(self, reason);
   auto s = run->ctx->settings();

@@ -340,7 +340,7 @@ void propose(supervisor_self self, unsigned index) {
   p.setBestTimeUs(record.best_time_us());
   p.setReferenceTimeUs(ctx->optimize().getReferenceTimeUs());
   p.setEvaluations(record.evaluated());
-  p.setBudgetEvals(ctx->settings().getBudgetEvals());
+  p.setBudgetEvals(run->budget_evals());
   p.setAutoSteps(t.auto_steps);
   if (!transcribe(self, seq, [&](schema::TranscriptEntry::Builder e) { e.setProposal(p); }))
     return;
@@ -406,6 +406,8 @@ void iterate(supervisor_self self) {
   for (size_t i = 0; i < run->record.size(); ++i)
     if (run->record.vertex(i).getDecision() == "awaiting")
       return propose(self, static_cast<unsigned>(i));
+  if (hold(self, [self] { iterate(self); }))
+    return;
   if (auto reason = run->stop_reason(); !reason.empty())
     return end(self, reason);
   // As auto: the planner moves from the best accepted candidate (the operator's feedback and

@@ -48,7 +48,9 @@ bool search_run::open(const std::string& request_bytes, std::string& error) {
 
 std::string search_run::stop_reason() const {
   auto s = ctx->settings();
-  if (s.getBudgetEvals() > 0 && record.evaluated() >= s.getBudgetEvals())
+  if (stop_asked_)
+    return "operator";
+  if (budget_evals() > 0 && record.evaluated() >= budget_evals())
     return "budget";
   if (time_up())
     return "time";
@@ -81,11 +83,26 @@ void search_run::step_ended() {
 }
 
 unsigned search_run::remaining_budget() const {
-  auto s = ctx->settings();
-  if (s.getBudgetEvals() == 0)
+  uint32_t cap = budget_evals();
+  if (cap == 0)
     return std::numeric_limits<unsigned>::max();
   unsigned done = record.evaluated();
-  return done >= s.getBudgetEvals() ? 0 : s.getBudgetEvals() - done;
+  return done >= cap ? 0 : cap - done;
+}
+
+uint32_t search_run::budget_evals() const {
+  return budget_evals_ ? *budget_evals_ : ctx->settings().getBudgetEvals();
+}
+
+bool search_run::set_budget(uint32_t evals, std::string& error) {
+  auto s = ctx->settings();
+  if (evals == 0 && s.getMode() != "hitl" && s.getBudgetSeconds() <= 0 && s.getPatience() == 0) {
+    error = "budget 0 (no cap) would leave this search without an end: it has no time budget "
+            "and no patience";
+    return false;
+  }
+  budget_evals_ = evals;
+  return true;
 }
 
 std::string search_run::progress(const std::string& message, unsigned round) const {
@@ -93,7 +110,8 @@ std::string search_run::progress(const std::string& message, unsigned round) con
   auto p = msg.initRoot<schema::Progress>();
   auto& c = *ctx;  // shared_ptr: the context is not const here
   p.setEvaluations(record.evaluated());
-  p.setBudgetEvals(c.settings().getBudgetEvals());
+  p.setBudgetEvals(budget_evals());
+  p.setPaused(paused);
   double best = record.best_time_us();
   p.setBestTimeUs(best);
   double ref = c.optimize().getReferenceTimeUs();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace maxkernel::actors {
@@ -28,6 +29,14 @@ public:
   void step_ended();
   // Candidates the budget still allows (UINT32_MAX without a cap).
   unsigned remaining_budget() const;
+  // The cap on candidates (0: none): the request's, or the operator's change of it.
+  uint32_t budget_evals() const;
+
+  // An operator's controls (SearchControl). A stop ends the search at its next step boundary
+  // (reason "operator"); a new budget must leave the search an end rule.
+  void request_stop() { stop_asked_ = true; }
+  bool set_budget(uint32_t evals, std::string& error);
+  bool paused = false;  // no new step starts; the supervisor parks its next one
 
   // A Progress message for the listener.
   std::string progress(const std::string& message, unsigned round) const;
@@ -42,6 +51,8 @@ private:
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   double best_us_ = 0;
   unsigned steps_without_gain_ = 0;
+  bool stop_asked_ = false;
+  std::optional<uint32_t> budget_evals_;
 };
 
 }  // namespace maxkernel::actors

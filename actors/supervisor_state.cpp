@@ -2,6 +2,7 @@
 
 #include "actors/supervisor_steps.hpp"
 #include "messages/error.hpp"
+#include "messages/payload_codec.hpp"
 
 #include <algorithm>
 
@@ -86,6 +87,71 @@ void next_in_chain(supervisor_self self, std::function<void(lineage_start)> next
     });
 }
 
+bool hold(supervisor_self self, std::function<void()> go_on) {
+  auto& run = *self->state.run;
+  if (!run.paused || !run.stop_reason().empty())
+    return false;
+  self->state.parked = std::move(go_on);
+  return true;
+}
+
+namespace {
+
+caf::result<payload> control(supervisor_self self, const payload& request) {
+  auto& st = self->state;
+  if (!st.run)
+    return messages::make_error(messages::error_code::bad_input, "no search is running");
+  std::string error;
+  auto msg = messages::open_payload<schema::SearchControl>(request, error);
+  if (!msg)
+    return messages::make_error(messages::error_code::malformed_message, "control: " + error);
+  auto c = msg->root<schema::SearchControl>();
+  auto& run = *st.run;
+  std::string said;
+  switch (c.which()) {
+    case schema::SearchControl::STOP:
+      run.request_stop();
+      said = "the operator stopped the search";
+      if (c.getStop().size())
+        said += fmt::format(" ({})", c.getStop().cStr());
+      said += st.parked ? "" : ": in-flight candidates finish first";
+      break;
+    case schema::SearchControl::PAUSE:
+      run.paused = true;
+      said = "the operator paused the search: in-flight candidates finish, no new step starts";
+      break;
+    case schema::SearchControl::RESUME:
+      run.paused = false;
+      said = "the operator resumed the search";
+      break;
+    case schema::SearchControl::BUDGET_EVALS:
+      if (!run.set_budget(c.getBudgetEvals(), error))
+        return messages::make_error(messages::error_code::bad_input, error);
+      said = c.getBudgetEvals() == 0
+               ? std::string("the operator lifted the candidate budget")
+               : fmt::format("the operator set the budget to {} candidates ({} evaluated)",
+                             c.getBudgetEvals(), run.record.evaluated());
+      break;
+    default:
+      return messages::make_error(messages::error_code::malformed_message,
+                                  "control: an action this supervisor does not know");
+  }
+  report(self, said);
+  // Answered first: a parked step that goes on may end the search, and the operator's
+  // answer should reach them before the search's own.
+  auto rp = self->make_response_promise<payload>();
+  rp.deliver(payload{capnp::typeId<schema::Progress>(), run.progress(said, st.round)});
+  // A parked step goes on once nothing holds it (resumed, stopped, the budget spent).
+  if (st.parked && (!run.paused || !run.stop_reason().empty())) {
+    auto go_on = std::move(st.parked);
+    st.parked = nullptr;
+    go_on();
+  }
+  return rp;
+}
+
+}  // namespace
+
 messages::supervisor_actor::behavior_type supervisor_behavior(
   supervisor_self self, messages::agent_pool pool, messages::tpu_node_actor node,
   messages::progress_listener_actor listener, std::function<void(supervisor_self)> next) {
@@ -121,6 +187,7 @@ messages::supervisor_actor::behavior_type supervisor_behavior(
           st.round = std::max(st.round, v.getRound() + 1);
         }
       }
+      st.parked = nullptr;
       st.promise = self->make_response_promise<payload>();
       ask_test_plan(
         self, run->ctx,
@@ -133,6 +200,9 @@ messages::supervisor_actor::behavior_type supervisor_behavior(
             abort_search(self, std::move(err));
         });
       return st.promise;
+    },
+    [self](messages::control_atom, const payload& request) -> caf::result<payload> {
+      return control(self, request);
     },
   };
 }

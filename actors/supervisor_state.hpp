@@ -28,6 +28,7 @@ struct supervisor_state {
   caf::typed_response_promise<messages::payload> promise;
   unsigned round = 0;               // auto: iteration; graph: round
   messages::operator_actor op;      // hitl: the operator gateway
+  std::function<void()> parked;     // the next step of a paused search
   static inline const char* name = "supervisor";
 };
 
@@ -58,6 +59,10 @@ lineage_start restart_of(schema::Vertex::Reader v);
 void next_in_chain(supervisor_self self, std::function<void(lineage_start)> next,
                    std::function<void(const std::string&)> say, std::function<void()> exhausted,
                    std::function<void(caf::error)> fail);
+
+// Whether the search is paused (SearchControl): parks `go_on` to be called on resume or stop
+// and returns true. Each mode asks this before starting a step.
+bool hold(supervisor_self self, std::function<void()> go_on);
 
 // Whether `run` is still the search under way (answers of an ended search are dropped).
 inline bool current(supervisor_self self, const std::shared_ptr<search_run>& run) {

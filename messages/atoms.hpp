@@ -25,6 +25,7 @@ using judge_atom = caf::atom_constant<caf::atom("judge")>;
 // A supervisor: OptimizeRequest -> OptimizeResult; Progress to its listener while it runs.
 using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
 using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using control_atom = caf::atom_constant<caf::atom("control")>;
 // The dispatcher: -> DispatcherStatus; a node joins the set it dispatches to.
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;

@@ -1,8 +1,9 @@
 // Typed interfaces of the supervisors (actors/, docs/modes.md): one OptimizeRequest runs a
 // whole search (auto, graph or hitl) and is answered with its OptimizeResult
 // (messages/schema/search.capnp). While it runs the supervisor tells its listener how it is
-// going. Errors arrive as caf::error with a messages::error_code: `malformed_message`,
-// `bad_input` (settings it cannot act on, a graph file of another search), `internal`.
+// going; an operator may stop, pause, resume or re-budget it meanwhile (SearchControl). Errors
+// arrive as caf::error with a messages::error_code: `malformed_message`, `bad_input`
+// (settings it cannot act on, a graph file of another search), `internal`.
 #pragma once
 
 #include "messages/atoms.hpp"
@@ -15,7 +16,9 @@ namespace maxkernel::messages {
 
 using supervisor_actor = caf::typed_actor<
   // OptimizeRequest -> OptimizeResult
-  caf::replies_to<optimize_atom, payload>::with<payload>>;
+  caf::replies_to<optimize_atom, payload>::with<payload>,
+  // SearchControl -> Progress; `bad_input` when no search is running
+  caf::replies_to<control_atom, payload>::with<payload>>;
 
 using progress_listener_actor = caf::typed_actor<
   // Progress

@@ -100,6 +100,18 @@ struct Progress {
   round @4 :UInt32;
   inFlight @5 :UInt32;         # evaluation requests out at the nodes
   message @6 :Text;            # what just happened, one line
+  paused @7 :Bool;             # an operator paused it (SearchControl)
+}
+
+# An operator's control of a running search (`maxkernel shell`: stop, pause, resume,
+# budget). Answered with the search's Progress as it stands after the change.
+struct SearchControl {
+  union {
+    stop @0 :Text;             # the reason given; the search ends at its next step boundary
+    pause @1 :Void;            # in-flight candidates finish; no new step starts
+    resume @2 :Void;
+    budgetEvals @3 :UInt32;    # the new cap on candidates (0: none); below done = stop
+  }
 }
 
 struct OptimizeResult {
