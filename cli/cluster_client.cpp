@@ -1,5 +1,6 @@
 #include "cli/cluster_client.hpp"
 
+#include "cli/client_event.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/output_file.hpp"
 #include "maxkernel/schema/submission.capnp.h"
@@ -26,7 +27,7 @@ int run_cluster_status(const cluster_client_options& client) {
       return 3;
     }
     std::string error;
-    auto msg = messages::decoded_message::parse(*bytes, error);
+    auto msg = read_client_event(*bytes, error);
     if (!msg || msg->root<schema::ClientEvent>().which() != schema::ClientEvent::STATUS) {
       std::cerr << "error: the supervisor sent no status" << (error.empty() ? "" : ": " + error)
                 << "\n";
@@ -91,7 +92,7 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
       }
       heard = true;
       last_word = std::chrono::steady_clock::now();
-      auto msg = messages::decoded_message::parse(*bytes, error);
+      auto msg = read_client_event(*bytes, error);
       if (!msg) {
         std::cerr << "error: the supervisor sent a malformed event: " << error << "\n";
         return 3;

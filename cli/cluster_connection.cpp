@@ -1,6 +1,7 @@
 #include "cli/cluster_connection.hpp"
 
 #include "cli/output_file.hpp"
+#include "cli/task_path.hpp"
 #include "cli/token_file.hpp"
 #include "cluster/curve_handshake_watch.hpp"
 #include "cluster/secure_transport.hpp"
@@ -175,10 +176,7 @@ bool write_task_files(const std::string& dir, capnp::List<schema::TaskFile>::Rea
     return false;
   for (auto f : files) {
     std::string path = f.getPath().cStr();
-    bool inside = !path.empty() && path.front() != '/';
-    for (auto& part : fs::path(path))
-      inside = inside && part != "..";
-    if (!inside) {
+    if (!inside_task(path)) {
       error = "the supervisor sent a file outside the directory: " + path;
       return false;
     }

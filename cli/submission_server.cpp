@@ -1,6 +1,7 @@
 #include "cli/submission_server.hpp"
 
 #include "cli/brain_options.hpp"
+#include "cli/client_request.hpp"
 #include "cli/optimize_cli.hpp"
 #include "cli/optimize_run.hpp"
 #include "cli/output_file.hpp"
@@ -35,8 +36,6 @@ namespace maxkernel::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr uint64_t max_task_bytes = 256ull << 20;
 
 // Frames waiting for the socket's thread: [client identity, ClientEvent bytes].
 class outbox {
@@ -100,16 +99,6 @@ private:
   std::string text_;
 };
 
-// A task path from a client: relative, inside the task, no "..".
-bool safe_relative(const std::string& path) {
-  if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos)
-    return false;
-  for (auto& part : fs::path(path))
-    if (part == ".." || part == "." || part.empty())
-      return false;
-  return true;
-}
-
 struct submission {
   std::string identity;
   std::string id;  // its directory's name
@@ -123,8 +112,9 @@ struct submission_server::impl {
   node_session& session;
   submission_server_config config;
   zmq::context_t context{1};
-  std::unique_ptr<cluster::curve_server_auth> auth;
   zmq::socket_t router{context, zmq::socket_type::router};
+  // After the router: destroyed first (it watches the router's handshakes).
+  std::unique_ptr<cluster::curve_server_auth> auth;
   outbox box;
   struct pending_frame {
     std::string identity, bytes;
@@ -134,11 +124,13 @@ struct submission_server::impl {
   std::vector<std::unique_ptr<submission>> runs;
   uint64_t next_run = 1;
 
+  search_controls controls;  // the running submissions' searches
   shell_context shell;
 
   impl(node_session& s, submission_server_config c)
     : session(s), config(std::move(c)),
-      shell{s, config.state_dir, config.node_endpoint, !config.token_file.empty(), {}} {}
+      shell{s, config.state_dir, config.node_endpoint, !config.token_file.empty(), {},
+            &controls} {}
 
   void refuse(const std::string& identity, const std::string& why) {
     box.push(identity, event_bytes([&](schema::ClientEvent::Builder e) { e.setRefused(why); }));
@@ -206,22 +198,9 @@ void submission_server::impl::on_submit(const std::string& identity,
                                         const std::string& request_bytes,
                                         schema::Submission::Reader sub) {
   std::string error;
-  if (std::string(sub.getCommand().cStr()) != "optimize")
-    return refuse(identity, fmt::format("unknown command '{}': a cluster runs optimize",
-                                        sub.getCommand().cStr()));
+  if (!check_submission(sub, error))
+    return refuse(identity, error);
   std::string name = sub.getSpecName().cStr();
-  if (!safe_relative(name) || name.find('/') != std::string::npos)
-    return refuse(identity, "specName: a file or directory name, got '" + name + "'");
-  uint64_t total = 0;
-  for (auto f : sub.getFiles()) {
-    if (!safe_relative(f.getPath().cStr()))
-      return refuse(identity, fmt::format("files: '{}' is not a path inside the task",
-                                          f.getPath().cStr()));
-    total += f.getData().size();
-  }
-  if (total > max_task_bytes)
-    return refuse(identity, fmt::format("the task's files take {} bytes; at most {}", total,
-                                        max_task_bytes));
 
   // The task's own copy, where the run reads it and writes its outputs.
   auto stamp = std::chrono::system_clock::now().time_since_epoch();
@@ -309,7 +288,9 @@ void submission_server::impl::start_run(const std::string& identity, const fs::p
       std::ofstream log(run_dir / "log.txt", std::ios::app);
       client_stream out_buf(box, r->identity, 1, log), err_buf(box, r->identity, 2, log);
       std::ostream out(&out_buf), err(&err_buf);
-      code = run_submission(session, opts, config.state_dir, run_io{out, err, &json, out_shown});
+      run_io io{out, err, &json, out_shown};
+      io.on_search = [this, id = r->id](search_controller c) { controls.set(id, std::move(c)); };
+      code = run_submission(session, opts, config.state_dir, std::move(io));
       out.flush();
       err.flush();
     }
@@ -374,14 +355,11 @@ void submission_server::impl::status(const std::string& identity) {
 
 void submission_server::impl::on_request(const std::string& identity, const std::string& bytes) {
   std::string error;
-  auto msg = messages::decoded_message::parse(bytes, error);
+  auto msg = read_client_request(bytes, error);
   if (!msg)
-    return refuse(identity, "malformed request: " + error);
+    return refuse(identity, error);
   try {
     auto req = msg->root<schema::ClientRequest>();
-    if (req.getSchemaVersion() != schema::SCHEMA_VERSION)
-      return refuse(identity, fmt::format("schema version {}; this supervisor reads {}",
-                                          req.getSchemaVersion(), schema::SCHEMA_VERSION));
     switch (req.which()) {
       case schema::ClientRequest::SUBMIT:
         return on_submit(identity, bytes, req.getSubmit());
@@ -421,7 +399,11 @@ bool submission_server::bind(std::string& error) {
       auto creds = cluster::read_cluster_credentials(io.config.token_file, error);
       if (!creds)
         return false;
-      io.auth = std::make_unique<cluster::curve_server_auth>(io.context, *creds);
+      // With the router: peers refused before any ZAP request (no CURVE, another cluster's
+      // server key) are logged too, not only those with a wrong client key.
+      io.auth = std::make_unique<cluster::curve_server_auth>(io.context, *creds,
+                                                             cluster::curve_server_auth::log_function{},
+                                                             &io.router);
       cluster::make_curve_server(io.router, *creds);
     }
     io.router.set(zmq::sockopt::router_mandatory, 1);

@@ -77,18 +77,7 @@ bool worker_client::restart(std::string& error) {
     process_->kill();
     return false;
   }
-  std::string err;
-  auto msg = messages::decode<schema::WorkerInfo>(pong.bytes, err);
-  if (msg) {
-    auto info = msg->root<schema::WorkerInfo>();
-    description_.pid = info.getPid();
-    description_.jax_version = info.getJaxVersion();
-    description_.platform = info.getPlatform();
-    description_.devices = info.getDevices();
-    description_.sandbox.clear();
-    for (auto s : info.getSandbox())
-      description_.sandbox.emplace_back(s.cStr());
-  }
+  read_worker_info(pong.bytes, description_);
   return true;
 }
 
@@ -148,48 +137,18 @@ worker_client::exchange_result worker_client::exchange(const std::string& reques
         continue;
       std::string bytes(static_cast<const char*>(reply.data()), reply.size());
       std::string err;
-      auto msg = messages::decode<schema::WorkerReply>(bytes, err);
-      if (!msg)
-        return {exchange_outcome::bad_reply, {}, err};
-      if (msg->root<schema::WorkerReply>().getId() != id)
-        return {exchange_outcome::wrong_id};
-      return {exchange_outcome::reply, std::move(bytes)};
+      switch (check_worker_reply(bytes, id, err)) {
+        case reply_check::malformed: return {exchange_outcome::bad_reply, {}, err};
+        case reply_check::wrong_id: return {exchange_outcome::wrong_id};
+        case reply_check::ok: return {exchange_outcome::reply, std::move(bytes)};
+      }
+      return {exchange_outcome::bad_reply, {}, err};
     }
     if (!process_->alive())
       return {exchange_outcome::died, {}, process_->exit_description()};
     if (clock_type::now() >= until)
       return {exchange_outcome::timeout};
   }
-}
-
-worker_result worker_client::unwrap(const worker_result& raw,
-                                    schema::WorkerReply::Which expected) {
-  if (!raw.ok)
-    return raw;
-  worker_result out;
-  std::string err;
-  auto msg = messages::decode<schema::WorkerReply>(raw.bytes, err);
-  auto reply = msg->root<schema::WorkerReply>();
-  if (reply.which() == schema::WorkerReply::ERROR) {
-    auto e = reply.getError();
-    out.error_class = e.getErrorClass();
-    out.message = e.getMessage();
-    return out;
-  }
-  if (reply.which() != expected) {
-    out.error_class = schema::ErrorClass::INTERNAL;
-    out.message = "the worker answered with another kind of reply";
-    return out;
-  }
-  out.ok = true;
-  switch (expected) {
-    case schema::WorkerReply::PONG: out.bytes = messages::encode_root(reply.getPong()); break;
-    case schema::WorkerReply::SPEC: out.bytes = messages::encode_root(reply.getSpec()); break;
-    case schema::WorkerReply::GRAPH: out.bytes = messages::encode_root(reply.getGraph()); break;
-    case schema::WorkerReply::EVAL: out.bytes = messages::encode_root(reply.getEval()); break;
-    default: break;
-  }
-  return out;
 }
 
 worker_result worker_client::ping(std::chrono::milliseconds deadline) {
@@ -207,7 +166,7 @@ worker_result worker_client::ping(std::chrono::milliseconds deadline) {
       worker_result raw;
       raw.ok = true;
       raw.bytes = std::move(ex.bytes);
-      return unwrap(raw, schema::WorkerReply::PONG);
+      return unwrap_worker_reply(raw, schema::WorkerReply::PONG);
     }
     case exchange_outcome::died:
       return {false, {}, schema::ErrorClass::CRASH, "the worker exited (" + ex.detail + ")"};
@@ -229,7 +188,7 @@ worker_result worker_client::load_task(const std::string& path, uint64_t memory_
   auto load = req.initLoad();
   load.setPath(path);
   load.setMemoryLimitBytes(memory_limit_bytes);
-  return unwrap(call(messages::encode(msg), id, deadline), schema::WorkerReply::SPEC);
+  return unwrap_worker_reply(call(messages::encode(msg), id, deadline), schema::WorkerReply::SPEC);
 }
 
 worker_result worker_client::analyze(schema::KernelSpec::Reader spec, unsigned configuration,
@@ -241,7 +200,7 @@ worker_result worker_client::analyze(schema::KernelSpec::Reader spec, unsigned c
   auto a = req.initAnalyze();
   a.setSpec(spec);
   a.setConfiguration(configuration);
-  return unwrap(call(messages::encode(msg), id, deadline), schema::WorkerReply::GRAPH);
+  return unwrap_worker_reply(call(messages::encode(msg), id, deadline), schema::WorkerReply::GRAPH);
 }
 
 worker_result worker_client::evaluate(eval_kind kind, schema::EvalRequest::Reader request,
@@ -277,7 +236,7 @@ worker_result worker_client::evaluate(eval_kind kind, schema::EvalRequest::Reade
     out.bytes = messages::encode(result_msg);
     return out;
   }
-  return unwrap(raw, schema::WorkerReply::EVAL);
+  return unwrap_worker_reply(raw, schema::WorkerReply::EVAL);
 }
 
 }  // namespace maxkernel::tpu_nodes

@@ -7,6 +7,7 @@
 #include "maxkernel/schema/kernel_spec.capnp.h"
 #include "maxkernel/schema/worker.capnp.h"
 #include "tpu_nodes/worker_options.hpp"
+#include "tpu_nodes/worker_reply.hpp"
 
 #include <chrono>
 #include <memory>
@@ -16,24 +17,6 @@
 namespace maxkernel::tpu_nodes {
 
 class worker_process;
-
-// Outcome of one request: on success `bytes` holds the reply's payload as its own message
-// (a KernelSpec, DataflowGraph or EvalResult); otherwise the error class and message.
-struct worker_result {
-  bool ok = false;
-  std::string bytes;
-  schema::ErrorClass error_class = schema::ErrorClass::NONE;
-  std::string message;
-};
-
-// What the worker said of itself at start.
-struct worker_description {
-  long pid = 0;
-  std::string jax_version;
-  std::string platform;
-  unsigned devices = 0;
-  std::vector<std::string> sandbox;
-};
 
 enum class eval_kind { lower, extract, test, time };
 
@@ -76,7 +59,6 @@ private:
   exchange_result exchange(const std::string& request, uint64_t id,
                            std::chrono::milliseconds deadline);
   bool restart(std::string& error);
-  worker_result unwrap(const worker_result& raw, schema::WorkerReply::Which expected);
 
   worker_options opts_;
   std::unique_ptr<worker_process> process_;
