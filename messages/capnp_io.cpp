@@ -270,6 +270,12 @@ std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
   msg.words_ = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(msg.words_.begin(), bytes.data(), bytes.size());
   try {
+    // Every pointer, whether the schema knows it or not, resolves inside the message within
+    // the limits: a copy of a part of it (encode_root) follows them all. On its own reader,
+    // so that the consumers' reads get the whole traversal limit.
+    (void)capnp::FlatArrayMessageReader(msg.words_.asPtr(), reader_options())
+      .getRoot<capnp::AnyPointer>()
+      .targetSize();
     msg.reader_ = std::make_unique<capnp::FlatArrayMessageReader>(msg.words_.asPtr(),
                                                                   reader_options());
   } catch (const kj::Exception& e) {

@@ -29,7 +29,8 @@ std::string encode_root(Reader reader) {
 // not word-aligned and capnp 0.9 refuses unaligned data, so decoding always copies.
 class decoded_message {
 public:
-  // Refuses input that is not a well-formed message; `error` says why.
+  // Refuses input that is not a well-formed message (a segment table that does not fit, a
+  // pointer out of bounds, too deep or too much to read); `error` says why.
   static std::optional<decoded_message> parse(std::string_view bytes, std::string& error);
 
   template <class T>
@@ -53,7 +54,7 @@ private:
 
 // Decodes and validates the root of a message: the reader is fully traversed once (so
 // that a malformed pointer surfaces here, not deep inside a consumer) and the schema
-// version is checked when the struct has one.
+// version is checked when the struct has one. Reads of the returned message cannot throw.
 template <class T>
 std::optional<decoded_message> decode(std::string_view bytes, std::string& error);
 
@@ -73,6 +74,10 @@ std::optional<decoded_message> decode(std::string_view bytes, std::string& error
     return std::nullopt;
   if (!check_traversal(*msg, capnp::Schema::from<T>(), error))
     return std::nullopt;
+  // The check read every word once within the limit; the consumers' reads that follow would
+  // otherwise count against what is left of it and could still throw (a list of many empty
+  // structs counts one word per element: read twice, it passes the check and then fails).
+  msg->allow_rereading();
   return msg;
 }
 
