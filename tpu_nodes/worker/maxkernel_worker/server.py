@@ -7,6 +7,7 @@ not answer in time (a hanging kernel) or dies (os._exit, a segfault).
 """
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -15,7 +16,7 @@ import jax
 import zmq
 
 from . import candidate as candidate_mod
-from . import lowering, tester, timing
+from . import lowering, sandbox, tester, timing
 from .errors import WorkerError
 from .task import load_task_dir, open_task
 
@@ -51,11 +52,13 @@ class _Eval:
 
 
 class Server:
-    def __init__(self, schemas, workdir: str, memory_limit: int, sandbox: list[str]):
+    def __init__(self, schemas, workdir: str, memory_limit: int, sandbox: list[str],
+                 cpu_limit: int = 0):
         self.s = schemas
         self.workdir = workdir
         self.memory_limit = memory_limit
         self.sandbox = sandbox
+        self.cpu_limit = cpu_limit   # CPU seconds per evaluation request; 0: none
         self.stopping = False
 
     # ------------------------------------------------------------------ the loop
@@ -86,6 +89,10 @@ class Server:
             return self._dispatch(req, kind).to_bytes()
         except WorkerError as e:
             return self._error(request_id, e.error_class, e.message)
+        except sandbox.CpuLimitExceeded as e:   # past the budget outside candidate code
+            return self._error(request_id, "resourceLimit", f"the request {e}")
+        except MemoryError as e:   # the data segment limit, outside candidate code
+            return self._error(request_id, "resourceLimit", f"out of memory: {e}")
         except Exception as e:   # a bug of ours (or of task code we did not foresee)
             return self._error(request_id, "internal",
                                f"{type(e).__name__}: {_first_line_kj(str(e))}\n"
@@ -119,8 +126,37 @@ class Server:
         if kind == "analyze":
             return self._reply(req.id, graph=self.analyze(req.analyze))
         if kind in ("lower", "extract", "test", "time"):
-            return self._reply(req.id, eval=self.evaluate(kind, getattr(req, kind)))
+            try:
+                # Interrupts candidate code only (tester's guard is up while it runs).
+                with sandbox.cpu_budget(self.cpu_limit, lambda: tester._active is not None):
+                    result = self.evaluate(kind, getattr(req, kind))
+            finally:
+                self._clean_private_dir()
+            return self._reply(req.id, eval=result)
         raise WorkerError("badInput", f"unknown request kind {kind!r}")
+
+    def _clean_private_dir(self) -> None:
+        """Removes what candidates left in the private directory (a full one would fail the
+        next candidate's load), keeping the source files of the loaded candidates."""
+        keep = {c.path for c in candidate_mod._cache.values()}
+        try:
+            entries = [os.path.join(self.workdir, e) for e in os.listdir(self.workdir)]
+            candidates = os.path.join(self.workdir, "candidates")
+            if os.path.isdir(candidates) and not os.path.islink(candidates):
+                entries.remove(candidates)
+                entries += [os.path.join(candidates, e) for e in os.listdir(candidates)]
+        except OSError:
+            return
+        for path in entries:
+            if path in keep:
+                continue
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------ requests
     def info(self) -> dict:

@@ -18,6 +18,8 @@ arbitrary Python in the same process can always dig deeper):
 """
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import os
 import socket
@@ -32,7 +34,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from . import candidate as candidate_mod
 from .errors import WorkerError
-from .sandbox import denial_message
+from .sandbox import CpuLimitExceeded, denial_message
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEGENERATE_CHANGE = 1e-6
@@ -90,6 +92,40 @@ _PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
                    "os.fork", "os.forkpty", "pty.spawn")
 _NETWORK_EVENTS = ("socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto",
                    "socket.gethostbyname", "urllib.Request")
+_LIMIT_EVENTS = ("resource.setrlimit", "resource.prlimit")
+# libc functions that start processes, open sockets, lift limits or leave the namespaces: a
+# candidate reaching them through ctypes bypasses the audit events of os and socket.
+_PROCESS_SYMBOLS = frozenset((
+    "fork", "vfork", "clone", "clone3", "__clone", "_Fork", "daemon", "system", "popen",
+    "posix_spawn", "posix_spawnp", "execve", "execv", "execvp", "execvpe", "execl", "execlp",
+    "execle", "fexecve"))
+_OTHER_SYMBOLS = frozenset((
+    "syscall", "socket", "socketpair", "connect", "bind", "setrlimit", "prlimit", "prlimit64",
+    "unshare", "setns", "mount", "ptrace", "process_vm_readv", "process_vm_writev", "kill",
+    "signal", "sigaction"))
+
+
+def _symbol_addresses() -> dict:
+    """The addresses of those functions in this process's libc (ctypes.call_function names
+    a function by address, e.g. one resolved before the guard and cached on a CDLL)."""
+    libc = ctypes.CDLL(None)
+    out = {}
+    for name in _PROCESS_SYMBOLS | _OTHER_SYMBOLS:
+        try:
+            out[ctypes.cast(libc[name], ctypes.c_void_p).value] = name
+        except (AttributeError, OSError):
+            pass
+    return out
+
+
+_SYMBOL_ADDRESSES = _symbol_addresses()
+
+
+def _ctypes_violation(guard, name) -> None:
+    if name in _PROCESS_SYMBOLS:
+        guard.violate("sandboxViolation", f"tried to start a process (libc {name} through ctypes)")
+    if name in _OTHER_SYMBOLS:
+        guard.violate("sandboxViolation", f"tried to call libc {name} through ctypes")
 
 
 def _audit(event: str, args) -> None:
@@ -118,6 +154,13 @@ def _audit(event: str, args) -> None:
         guard.violate("sandboxViolation", f"tried to start a process ({event})")
     elif event in _NETWORK_EVENTS:
         guard.violate("sandboxViolation", f"tried to use the network ({event} {args[1:2]})")
+    elif event in _LIMIT_EVENTS:
+        guard.violate("sandboxViolation", f"tried to change its resource limits ({event})")
+    elif event == "ctypes.dlsym":
+        name = args[1] if len(args) > 1 else None
+        _ctypes_violation(guard, name.decode() if isinstance(name, bytes) else name)
+    elif event == "ctypes.call_function":
+        _ctypes_violation(guard, _SYMBOL_ADDRESSES.get(args[0] if args else None))
 
 
 sys.addaudithook(_audit)
@@ -518,6 +561,12 @@ def _short(exc: BaseException) -> str:
     return out[:MAX_MESSAGE]
 
 
+# A sandbox limit reached: processes (EAGAIN from fork), the private directory's size or the
+# file size limit, open files, memory.
+_LIMIT_ERRNOS = (errno.EAGAIN, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EMFILE,
+                 errno.ENFILE, errno.ENOMEM)
+
+
 def classify_candidate_exception(exc: BaseException, cand, default: str) -> WorkerError:
     """The failure class of an exception raised by candidate code."""
     if isinstance(exc, WorkerError):
@@ -527,7 +576,9 @@ def classify_candidate_exception(exc: BaseException, cand, default: str) -> Work
     denied = denial_message(exc)
     if denied or isinstance(exc, socket.gaierror):
         return WorkerError("sandboxViolation", prefix + (denied or _short(exc)))
-    if isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in str(exc):
+    if isinstance(exc, (MemoryError, CpuLimitExceeded)) or "RESOURCE_EXHAUSTED" in str(exc):
+        return WorkerError("resourceLimit", prefix + _short(exc))
+    if isinstance(exc, OSError) and exc.errno in _LIMIT_ERRNOS:
         return WorkerError("resourceLimit", prefix + _short(exc))
     return WorkerError(default, prefix + _short(exc))
 
