@@ -14,6 +14,7 @@ template_ptr make_attention_backward_template();
 template_ptr make_chunked_recurrence_template();
 template_ptr make_retention_template();
 template_ptr make_topk_template();
+template_ptr make_router_template();
 template_ptr make_shared_operand_matmul_template();
 template_ptr make_conv_gemm_template();
 template_ptr make_matmul_template();
@@ -34,6 +35,7 @@ const std::vector<template_ptr>& all_templates() {
     t.push_back(make_attention_backward_template());
     t.push_back(make_chunked_recurrence_template());
     t.push_back(make_retention_template());
+    t.push_back(make_router_template());
     t.push_back(make_topk_template());
     t.push_back(make_shared_operand_matmul_template());
     t.push_back(make_conv_gemm_template());
