@@ -519,8 +519,19 @@ void add_node(dispatcher* self, messages::tpu_node_actor handle) {
   if (!handle)
     return;
   auto addr = handle.address();
-  for (auto& n : st.nodes) {
+  for (std::size_t i = 0; i < st.nodes.size(); ++i) {
+    auto& n = st.nodes[i];
     if (n.addr == addr) {
+      if (n.addr.get() != addr.get()) {
+        // It joins again through a new proxy: its connection dropped (and was made again),
+        // which killed the old proxy and what was sent to it. Its work moves on, if the old
+        // proxy's down_msg has not done that yet; it is sent to and watched through the new
+        // one (sent to the old one, requests vanish; unwatched, its next loss goes unseen).
+        node_lost(self, i);
+        n.handle = handle;
+        n.addr = addr;
+        self->monitor(handle);
+      }
       if (!n.alive) {  // back after it was taken as lost
         n.alive = true;
         n.in_flight = 0;
@@ -583,8 +594,9 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
     add_node(self, std::move(n));
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    // The same proxy, not only the same actor: a node that joined again since has a new one.
     for (std::size_t i = 0; i < st.nodes.size(); ++i)
-      if (st.nodes[i].addr == dm.source)
+      if (st.nodes[i].addr.get() == dm.source.get())
         node_lost(self, i);
     dispatch(self);
   });
