@@ -91,7 +91,11 @@ int optimize_on_session(node_session& session, schema::KernelSpec::Reader spec,
   }
   auto supervisor = spawn_supervisor(sys, opts.mode, pool, session.evaluator(), listener,
                                      gateway ? gateway->handle : messages::operator_actor{});
+  if (io.on_search)
+    io.on_search(controller_of(sys, supervisor));
   auto reply = await_search(sys, supervisor, prepared);
+  if (io.on_search)
+    io.on_search(nullptr);
   {
     caf::scoped_actor self{sys};
     self->send_exit(supervisor, caf::exit_reason::user_shutdown);

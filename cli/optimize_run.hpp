@@ -5,10 +5,12 @@
 
 #include "cli/node_session.hpp"
 #include "cli/optimize_command.hpp"
+#include "cli/search_controls.hpp"
 #include "config/brain_config.hpp"
 #include "maxkernel/schema/kernel_spec.capnp.h"
 
 #include <chrono>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -21,6 +23,8 @@ struct run_io {
   std::string* json_text = nullptr; // receives result.json's text once the search ended
   std::string out_shown;            // how the output directory is named to the user ("":
                                     // opts.out; a cluster client writes its own copy)
+  // Told the search's controller once it started, and an empty one when it ended.
+  std::function<void(search_controller)> on_search;
 };
 
 // The exit code of `optimize` (0 correct, 1 not, 2 bad input, 3 environment). On a cluster

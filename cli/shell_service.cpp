@@ -3,6 +3,7 @@
 #include "actors/kernel_diff.hpp"
 #include "cli/output_file.hpp"
 #include "maxkernel/schema/common.capnp.h"
+#include "maxkernel/schema/search.capnp.h"
 #include "messages/capnp_io.hpp"
 #include "messages/payload_codec.hpp"
 
@@ -10,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -197,6 +200,54 @@ void graph_command(const task_entry& t, schema::ShellReply::Builder reply) {
   done(reply, text, j);
 }
 
+// stop, pause, resume, budget: a SearchControl to the task's running search; the answer is
+// its progress afterwards.
+void control_command(shell_context& ctx, const task_entry& t, const std::vector<std::string>& words,
+                     schema::ShellReply::Builder reply) {
+  const auto& cmd = words[0];
+  capnp::MallocMessageBuilder msg;
+  auto c = msg.initRoot<schema::SearchControl>();
+  if (cmd == "budget") {
+    char* end = nullptr;
+    errno = 0;
+    auto n = words.size() == 3 ? std::strtoul(words[2].c_str(), &end, 10) : 0;
+    if (words.size() != 3 || words[2].empty() || !end || *end || errno != 0 ||
+        n > std::numeric_limits<uint32_t>::max())
+      return fail(reply, "usage: budget TASK N (the new cap on candidates; 0: none)");
+    c.setBudgetEvals(static_cast<uint32_t>(n));
+  } else if (cmd == "stop") {
+    std::string why;
+    for (size_t i = 2; i < words.size(); ++i)
+      why += (i > 2 ? " " : "") + words[i];
+    c.setStop(why);
+  } else if (words.size() != 2) {
+    return fail(reply, "usage: " + cmd + " TASK");
+  } else if (cmd == "pause") {
+    c.setPause();
+  } else {
+    c.setResume();
+  }
+  auto controller = ctx.controls ? ctx.controls->get(t.id) : search_controller{};
+  if (t.state != "running" || !controller)
+    return fail(reply, t.id + " is " + (t.state == "running" ? "starting" : t.state) +
+                         ": no search of it runs here");
+  std::string progress, error;
+  if (!controller(messages::encode(msg), progress, error))
+    return fail(reply, cmd + " " + t.id + ": " + error);
+  auto decoded = messages::decode<schema::Progress>(progress, error);
+  if (!decoded)
+    return fail(reply, cmd + " " + t.id + ": the supervisor's answer: " + error);
+  auto p = decoded->root<schema::Progress>();
+  auto cap = p.getBudgetEvals() ? std::to_string(p.getBudgetEvals()) : std::string("no cap");
+  auto text = fmt::format("{}: {}\n  {} evaluated (budget {}), {} in flight{}\n", t.id,
+                          p.getMessage().cStr(), p.getEvaluations(), cap, p.getInFlight(),
+                          p.getPaused() ? ", paused" : "");
+  done(reply, text,
+       json{{"id", t.id}, {"message", p.getMessage().cStr()}, {"evaluations", p.getEvaluations()},
+            {"budget_evals", p.getBudgetEvals()}, {"in_flight", p.getInFlight()},
+            {"paused", p.getPaused()}});
+}
+
 void nodes_command(shell_context& ctx, schema::ShellReply::Builder reply) {
   done(reply, ctx.session.cluster_status(), json{{"status", ctx.session.cluster_status()}});
 }
@@ -216,6 +267,10 @@ const std::vector<std::pair<std::string, std::string>>& shell_commands() {
     {"log", "log TASK [N]: the last N (default 20) lines the task printed"},
     {"export", "export TASK DIR: the task's outputs into DIR (here)"},
     {"attach", "attach TASK: decide a hitl task's proposals from this terminal"},
+    {"pause", "pause TASK: in-flight candidates finish, no new step starts"},
+    {"resume", "resume TASK: a paused search goes on"},
+    {"stop", "stop TASK [WHY]: the search ends after its in-flight candidates, outputs kept"},
+    {"budget", "budget TASK N: the new cap on candidates (0: none)"},
     {"drain", "drain NODE: the node finishes what it holds and takes no more"},
     {"scale", "scale [N]: what to run to add N devices"},
     {"submit", "submit SPEC [options]: start a search, as `maxkernel optimize`"},
@@ -291,7 +346,8 @@ void answer_shell(shell_context& ctx, const std::vector<std::string>& words,
     return done(reply, d.empty() ? "the best kernels are the same\n" : d, json{{"diff", d}});
   }
   // The rest name one task.
-  static const std::set<std::string> per_task{"show", "best", "graph", "log", "export", "attach"};
+  static const std::set<std::string> per_task{"show",  "best",  "graph",  "log",   "export",
+                                              "attach", "pause", "resume", "stop", "budget"};
   if (!per_task.count(cmd))
     return fail(reply, "unknown command '" + cmd + "' (try `help`)");
   if (words.size() < 2)
@@ -299,6 +355,8 @@ void answer_shell(shell_context& ctx, const std::vector<std::string>& words,
   auto t = find_task(ctx, words[1], error);
   if (!t)
     return fail(reply, error);
+  if (cmd == "pause" || cmd == "resume" || cmd == "stop" || cmd == "budget")
+    return control_command(ctx, *t, words, reply);
   if (cmd == "show")
     return show_command(*t, reply);
   if (cmd == "graph")

@@ -63,6 +63,24 @@ messages::supervisor_actor spawn_supervisor(caf::actor_system& sys, const std::s
   return actors::spawn_auto_supervisor(sys, pool, std::move(evaluator), std::move(listener));
 }
 
+search_controller controller_of(caf::actor_system& sys, messages::supervisor_actor supervisor) {
+  return [&sys, supervisor](const std::string& control, std::string& progress,
+                            std::string& error) {
+    bool ok = false;
+    caf::scoped_actor self{sys};
+    self
+      ->request(supervisor, std::chrono::seconds(10), messages::control_atom::value,
+                messages::payload{capnp::typeId<schema::SearchControl>(), control})
+      .receive(
+        [&](messages::payload& reply) {
+          progress = std::move(reply.bytes);
+          ok = true;
+        },
+        [&](caf::error& e) { error = messages::message_of(e); });
+    return ok;
+  };
+}
+
 search_reply await_search(caf::actor_system& sys, const messages::supervisor_actor& supervisor,
                           prepared_search& prepared) {
   search_reply out;

@@ -7,6 +7,7 @@
 #include "cli/node_evaluation.hpp"
 #include "cli/optimize_command.hpp"
 #include "cli/optimize_outputs.hpp"
+#include "cli/search_controls.hpp"
 #include "messages/agent_pool.hpp"
 #include "messages/operator_actor.hpp"
 #include "messages/supervisor_actor.hpp"
@@ -31,6 +32,9 @@ struct prepared_search {
 int prepare_search(node_session& session, schema::KernelSpec::Reader spec,
                    const optimize_options& opts, const std::string& state_dir,
                    prepared_search& out, std::string& error);
+
+// Controls `supervisor`'s running search (waits at most a few seconds for its answer).
+search_controller controller_of(caf::actor_system& sys, messages::supervisor_actor supervisor);
 
 // The supervisor of `mode` (auto | graph | hitl; hitl needs `op`).
 messages::supervisor_actor spawn_supervisor(caf::actor_system& sys, const std::string& mode,
