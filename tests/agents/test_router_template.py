@@ -4,7 +4,9 @@ work after the top_k in the kernel or after it) are matched on their computation
 built `maxkernel template`, and the kernel it renders passes `maxkernel check` (TPU lowering
 + interpret-mode test against the reference, ids exact); routers that also need the full
 scores are refused. Small shapes: interpret mode is slow."""
-from template_cli import matches, needs_binary, template_and_check, write_spec
+import json
+
+from template_cli import check, matches, needs_binary, run, template_and_check, write_spec
 
 pytestmark = needs_binary
 
@@ -88,3 +90,29 @@ def test_router_refuses_full_scores_output(tmp_path):
             return vals, ids, jnp.mean(probs, axis=0)
         """)
     assert "router" not in matches(spec)
+
+
+def test_router_playbook_children(tmp_path):
+    # Three distinct children of the first candidate (issue 5's acceptance), each correct.
+    inputs = ["{name: x, shape: [T, H], dtype: bfloat16}",
+              "{name: w, shape: [H, E], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.02}}}"]
+    spec = write_spec(tmp_path, "router_children", "{T: 64, H: 512, E: 8}", inputs, """
+        import jax
+        import jax.numpy as jnp
+
+        def reference(x, w):
+            p = jax.nn.softmax(jnp.dot(x, w, preferred_element_type=jnp.float32), axis=-1)
+            vals, ids = jax.lax.top_k(p, 2)
+            return vals / jnp.sum(vals, axis=-1, keepdims=True), ids
+        """, tolerance=EXACT_IDS)
+    parent = tmp_path / "parent.py"
+    t = run("template", spec, "--name", "router", "--out", parent, "--children-dir",
+            tmp_path / "children", "--json", "-")
+    assert t.returncode == 0, t.stdout + t.stderr
+    out = json.loads(t.stdout)
+    assert len(out["children"]) == 3, out["children"]
+    sources = [parent.read_text()] + [open(c["file"]).read() for c in out["children"]]
+    assert len(set(sources)) == 4, [c["move"] for c in out["children"]]
+    for child in out["children"]:
+        code, result = check(spec, child["file"])
+        assert code == 0 and result["correct"] is True, (child, result)
