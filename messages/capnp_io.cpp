@@ -253,6 +253,39 @@ void walk_planned(capnp::AnyStruct::Reader s, const struct_plan& plan, int depth
 }
 }  // namespace
 
+namespace {
+// Every pointer of the message, whether the schema knows it or not (a copy of a part of the
+// message, encode_root, follows them all): through capnp's checked readers, so each resolves
+// inside the message within the traversal and nesting limits; no capability pointer, which
+// no message of this protocol holds and a copy refuses.
+void check_pointers(capnp::AnyPointer::Reader p) {
+  switch (p.getPointerType()) {
+    case capnp::PointerType::NULL_: return;
+    case capnp::PointerType::CAPABILITY:
+      KJ_FAIL_REQUIRE("a capability pointer; no message of this protocol holds one");
+    case capnp::PointerType::STRUCT:
+      for (auto q : p.getAs<capnp::AnyStruct>().getPointerSection())
+        check_pointers(q);
+      return;
+    case capnp::PointerType::LIST: {
+      auto list = p.getAs<capnp::AnyList>();
+      switch (list.getElementSize()) {
+        case capnp::ElementSize::POINTER:
+          for (auto q : list.as<capnp::List<capnp::AnyPointer>>())
+            check_pointers(q);
+          return;
+        case capnp::ElementSize::INLINE_COMPOSITE:
+          for (auto item : list.as<capnp::List<capnp::AnyStruct>>())
+            for (auto q : item.getPointerSection())
+              check_pointers(q);
+          return;
+        default: return;  // data only
+      }
+    }
+  }
+}
+}  // namespace
+
 std::string encode(capnp::MessageBuilder& message) {
   auto words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
@@ -270,12 +303,9 @@ std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
   msg.words_ = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(msg.words_.begin(), bytes.data(), bytes.size());
   try {
-    // Every pointer, whether the schema knows it or not, resolves inside the message within
-    // the limits: a copy of a part of it (encode_root) follows them all. On its own reader,
-    // so that the consumers' reads get the whole traversal limit.
-    (void)capnp::FlatArrayMessageReader(msg.words_.asPtr(), reader_options())
-      .getRoot<capnp::AnyPointer>()
-      .targetSize();
+    // On its own reader, so that the consumers' reads get the whole traversal limit.
+    check_pointers(capnp::FlatArrayMessageReader(msg.words_.asPtr(), reader_options())
+                     .getRoot<capnp::AnyPointer>());
     msg.reader_ = std::make_unique<capnp::FlatArrayMessageReader>(msg.words_.asPtr(),
                                                                   reader_options());
   } catch (const kj::Exception& e) {
