@@ -8,6 +8,7 @@
 #include "messages/error.hpp"
 #include "search/evaluation_store.hpp"
 #include "search/state_dir.hpp"
+#include "tpu_nodes/worker_options.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -18,6 +19,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -115,6 +117,13 @@ int run_node(const node_command_options& opts) {
       return 2;
     }
   }
+  // Candidates never see the credentials or the node's state (docs/sandbox.md).
+  if (!cfg.token_file.empty()) {
+    tpu_nodes::hide_from_workers(cfg.token_file);
+    tpu_nodes::hide_from_workers(std::filesystem::path(cfg.token_file).parent_path().string());
+  }
+  if (!opts.state_dir.empty())
+    tpu_nodes::hide_from_workers(opts.state_dir);
   session_options so;
   so.role = session_options::cluster_role::node;
   so.backend = cfg.backend;

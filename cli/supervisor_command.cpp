@@ -5,11 +5,13 @@
 #include "cli/token_file.hpp"
 #include "config/cluster_config.hpp"
 #include "search/state_dir.hpp"
+#include "tpu_nodes/worker_options.hpp"
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 
 namespace maxkernel::cli {
@@ -68,6 +70,11 @@ int run_supervisor(const supervisor_command_options& opts) {
   } else {
     std::cerr << "warning: no --token-file: the node and client ports take any peer (run "
                  "`maxkernel cluster init DIR` and give --token-file DIR/token)\n";
+  }
+  // Candidates never see the credentials (docs/sandbox.md).
+  if (!cfg.token_file.empty()) {
+    tpu_nodes::hide_from_workers(cfg.token_file);
+    tpu_nodes::hide_from_workers(std::filesystem::path(cfg.token_file).parent_path().string());
   }
   session_options so;
   so.role = session_options::cluster_role::supervisor;

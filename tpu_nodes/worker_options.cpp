@@ -4,10 +4,17 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 namespace maxkernel::tpu_nodes {
 
 namespace {
+std::mutex hidden_mutex;
+std::vector<std::string>& hidden_paths() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+
 std::string env_or(const char* name, std::string fallback) {
   const char* value = std::getenv(name);
   return value && *value ? std::string(value) : std::move(fallback);
@@ -21,7 +28,18 @@ worker_options worker_options::defaults() {
   opts.schema_dir = messages::schema_dir();
   opts.work_root = env_or("MAXKERNEL_WORK_ROOT", std::filesystem::temp_directory_path().string());
   opts.sandbox = env_or("MAXKERNEL_NO_SANDBOX", "") != "1";
+  std::lock_guard lock(hidden_mutex);
+  opts.hide = hidden_paths();
   return opts;
+}
+
+void hide_from_workers(const std::string& path) {
+  if (path.empty())
+    return;
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(path, ec);
+  std::lock_guard lock(hidden_mutex);
+  hidden_paths().push_back(ec ? path : absolute.lexically_normal().string());
 }
 
 }  // namespace maxkernel::tpu_nodes

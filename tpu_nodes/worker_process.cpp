@@ -17,6 +17,53 @@ namespace maxkernel::tpu_nodes {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The pids cgroup the worker made for itself (sandbox.py: a child of the cgroup it was
+// started in, which is ours, named maxkernel-worker-PID); empty when there is none.
+std::string worker_cgroup(pid_t pid) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, unified;
+  while (std::getline(in, line)) {
+    auto first = line.find(':');
+    auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos)
+      continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    std::string name = "/maxkernel-worker-" + std::to_string(pid);
+    std::stringstream list(controllers);
+    for (std::string c; std::getline(list, c, ',');)
+      if (c == "pids")
+        return "/sys/fs/cgroup/pids" + (path == "/" ? "" : path) + name;
+    if (controllers.empty())
+      unified = "/sys/fs/cgroup" + (path == "/" ? "" : path) + name;
+  }
+  return unified;
+}
+
+// Kills what the worker left in its cgroup (children that left its process group) and
+// removes the cgroup.
+void remove_worker_cgroup(pid_t pid) {
+  std::string dir = worker_cgroup(pid);
+  std::error_code ec;
+  if (dir.empty() || !fs::exists(dir, ec))
+    return;
+  for (int round = 0; round < 50; ++round) {
+    std::ifstream procs(dir + "/cgroup.procs");
+    bool any = false;
+    for (long p; procs >> p;) {
+      ::kill(static_cast<pid_t>(p), SIGKILL);
+      any = true;
+    }
+    if (!any && ::rmdir(dir.c_str()) == 0)
+      return;
+    ::usleep(10'000);
+  }
+}
+
+}  // namespace
+
 worker_process::worker_process(worker_options opts) : opts_(std::move(opts)) {
 }
 
@@ -56,6 +103,10 @@ bool worker_process::start(std::string& error) {
   if (opts_.memory_limit_bytes > 0) {
     args.push_back("--memory-limit");
     args.push_back(std::to_string(opts_.memory_limit_bytes));
+  }
+  for (const auto& path : opts_.hide) {
+    args.push_back("--hide");
+    args.push_back(path);
   }
   if (!opts_.sandbox)
     args.push_back("--no-sandbox");
@@ -128,6 +179,7 @@ void worker_process::kill() {
   }
   if (exit_description_.empty())
     exit_description_ = "killed";
+  remove_worker_cgroup(pid_);
   pid_ = -1;
 }
 
@@ -145,6 +197,7 @@ bool worker_process::alive() {
       exit_description_ = std::string("signal ") + std::to_string(WTERMSIG(status)) + " ("
                           + strsignal(WTERMSIG(status)) + ")";
     ::kill(-pid_, SIGKILL);  // anything the worker left behind in its group
+    remove_worker_cgroup(pid_);
     pid_ = -1;
   }
   return false;

@@ -20,7 +20,7 @@ from conftest import PACKAGE_DIR, SCHEMA_DIR, WorkerProcess, candidate, kernel_s
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("MAXKERNEL_BIN", ROOT / "build" / "cli" / "maxkernel"))
 
-MEMORY_LIMIT = 3 << 30    # the data segment; JAX on CPU needs well under it
+MEMORY_LIMIT = 3 << 29    # the data segment (1.5 GiB); the worker starts at ~0.35 GiB
 DISK_LIMIT = 32 << 20     # the private directory's tmpfs
 CPU_LIMIT = 8             # CPU seconds per evaluation request (a good one needs ~2)
 MAX_PROCESSES = 256       # tasks, threads included
