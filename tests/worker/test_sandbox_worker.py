@@ -207,7 +207,8 @@ def test_the_worker_cgroup_goes_with_the_worker(schemas, tmp_path):
 
 def test_a_node_hides_its_token_and_state_from_its_workers(tmp_path, secrets):
     """`maxkernel node` gives its workers --hide for the token file, its directory and the
-    node's state directory (cli/node_command.cpp), and the worker has them hidden."""
+    node's state directory (cli/node_command.cpp), the worker has them hidden, and the
+    node removes the worker's pids cgroup when it stops."""
     if not BIN.exists():
         pytest.skip(f"no {BIN}")
     token, state = secrets["token"], tmp_path / "node_state"
@@ -232,7 +233,15 @@ def test_a_node_hides_its_token_and_state_from_its_workers(tmp_path, secrets):
         hidden = {args[i + 1] for i, a in enumerate(args) if a == "--hide"}
         assert {str(token), str(token.parent), str(state)} <= hidden
         workdir = args[args.index("--workdir") + 1]
-        assert "hide" in (pathlib.Path(workdir) / "worker.log").read_text()
+        worker_log = (pathlib.Path(workdir) / "worker.log").read_text()
+        assert "hide" in worker_log
+        # A node that stops removes its worker's pids cgroup (worker_process.cpp).
+        group = _cgroup_dir(worker_pid)
+        assert ("pids" in worker_log) == os.path.isdir(group)
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=120) == 0, log.read_text()
+        assert not os.path.exists(group)
     finally:
-        os.killpg(node.pid, signal.SIGKILL)
-        node.wait(timeout=30)
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait(timeout=30)
