@@ -3,6 +3,7 @@
 #include "actors/search_record.hpp"
 #include "agents/agent_pool_spawn.hpp"
 #include "cli/brain_options.hpp"
+#include "cli/interrupt_stop.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/optimize_run.hpp"
@@ -95,10 +96,6 @@ int run_optimize(const optimize_options& opts) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
-  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
-    std::cerr << "error: " << error << "\n";
-    return 2;
-  }
   std::string state_dir = opts.state_dir.empty() ? search::default_state_dir() : opts.state_dir;
   if (state_dir.empty()) {
     std::cerr << "error: no state directory (no home): give --state-dir\n";
@@ -113,8 +110,16 @@ int run_optimize(const optimize_options& opts) {
   flags.dispatch = true;
   if (int code = open_task_session(opts.spec, kind, flags, task))
     return code;
+  // --out is made only once the task is read: a bad spec leaves no directory behind.
+  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  interrupt_stop ctrl_c(std::cerr);
+  run_io io{human, std::cerr, nullptr, ""};
+  io.on_search = [&ctrl_c](search_controller c) { ctrl_c.on_search(std::move(c)); };
   return optimize_on_session(*task.session, task.spec(), opts, brains, state_dir, started,
-                             run_io{human, std::cerr, nullptr, ""});
+                             std::move(io));
 }
 
 }  // namespace maxkernel::cli
