@@ -2,6 +2,7 @@
 
 #include "config/utf8_check.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,6 +37,16 @@ bool read_kernel(const std::string& path, std::string& source, std::string& erro
   if (auto problem = config::find_invalid_text(source, /*controls_allowed=*/true)) {
     error = path + ":" + std::to_string(problem->line) + ":" + std::to_string(problem->column)
             + ": " + problem->message;
+    return false;
+  }
+  // Python refuses NUL in source, and the kernel travels as Cap'n Proto Text, which would cut
+  // it at the NUL: the worker would test a silently truncated kernel.
+  if (auto nul = source.find('\0'); nul != std::string::npos) {
+    auto line_start = source.rfind('\n', nul);
+    auto line = 1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    auto column = nul - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
+    error = path + ":" + std::to_string(line) + ":" + std::to_string(column)
+            + ": a NUL byte; Python source cannot hold one";
     return false;
   }
   return true;
