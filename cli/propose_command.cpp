@@ -127,15 +127,16 @@ int run_propose(const propose_options& opts) {
     std::cerr << "error: --json " << error << "\n";
     return 2;
   }
-  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
-    std::cerr << "error: " << error << "\n";
-    return 2;
-  }
   task_session task;
   session_flags flags{opts.chip, opts.state_dir, opts.no_store, 0, opts.memory_limit_bytes,
                       opts.deadline_seconds};
   if (int code = open_task_session(opts.spec, kind, flags, task))
     return code;
+  // --out is made only once the task is read: a bad spec leaves no directory behind.
+  if (!opts.out.empty() && !make_output_dir(opts.out, error)) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
   auto& session = *task.session;
   auto spec = task.spec();
   std::string chip_name;
