@@ -215,6 +215,7 @@ session_answer ask(caf::actor_system& sys, const messages::tpu_node_actor& node,
              [&](caf::error& e) {
                answer.exit_code = exit_code_of(e);
                answer.error = messages::message_of(e);
+               answer.timed_out = messages::code_of(e) == messages::error_code::worker_timeout;
              });
   if (answer.exit_code == 0 && answer.bytes.empty()) {
     answer.exit_code = 3;
@@ -336,7 +337,17 @@ messages::tpu_node_actor node_session::evaluator() { return impl_->front; }
 messages::dispatcher_actor node_session::dispatcher() { return impl_->dispatcher; }
 
 session_answer node_session::load_task(const std::string& path) {
-  return ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);
+  auto answer = ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);
+  // Loading runs the task's own code (create_inputs, get_inputs, the reference under
+  // eval_shape): past the deadline that code is what hangs, a fault of the input.
+  if (answer.timed_out) {
+    answer.exit_code = 2;
+    answer.error = fmt::format("{}: the task's code did not finish within {:g} s (does "
+                               "create_inputs, get_inputs or the reference loop forever?); "
+                               "--deadline sets the limit",
+                               path, std::chrono::duration<double>(opts_.deadline).count());
+  }
+  return answer;
 }
 
 }  // namespace maxkernel::cli

@@ -61,6 +61,7 @@ struct session_answer {
   int exit_code = 0;                // 0, or 2 (bad input) / 3 (environment) when not ok
   std::string bytes;                // the reply's payload (EvalResult, KernelSpec)
   std::string error;
+  bool timed_out = false;           // the node's deadline passed (worker_timeout)
 };
 
 class node_session {

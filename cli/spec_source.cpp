@@ -15,6 +15,7 @@ using namespace std::chrono_literals;
 
 namespace {
 constexpr const char* default_chip = "v6e";
+constexpr auto load_deadline = 120s;
 }
 
 spec_kind classify_spec(const std::string& path, std::string& error) {
@@ -43,12 +44,19 @@ spec_kind classify_spec(const std::string& path, std::string& error) {
 task_loader worker_task_loader(tpu_nodes::worker_client& worker, uint64_t memory_limit_bytes) {
   return [&worker, memory_limit_bytes](const std::string& path) {
     spec_outcome out;
-    auto loaded = worker.load_task(path, memory_limit_bytes, 120s);
+    auto loaded = worker.load_task(path, memory_limit_bytes, load_deadline);
     if (!loaded.ok) {
       bool bad = loaded.error_class == schema::ErrorClass::BAD_INPUT
                  || loaded.error_class == schema::ErrorClass::TOO_LARGE;
       out.exit_code = bad ? 2 : 3;
       out.error = loaded.message;
+      // Loading runs the task's own code: past the deadline, that code is what hangs.
+      if (loaded.error_class == schema::ErrorClass::TIMEOUT) {
+        out.exit_code = 2;
+        out.error = path + ": the task's code did not finish within "
+                    + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(load_deadline).count())
+                    + " s (does create_inputs, get_inputs or the reference loop forever?)";
+      }
       return out;
     }
     out.spec_bytes = std::move(loaded.bytes);
