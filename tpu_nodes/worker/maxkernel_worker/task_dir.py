@@ -50,6 +50,7 @@ import inspect
 import json
 import math
 import os
+import re
 import types
 
 import jax
@@ -67,6 +68,12 @@ _SEED_STRIDE = 1000003
 _CHEAP_BYTES = 64 << 20
 _CHEAP_FLOPS = 2e9
 _STATS_BYTES = 1 << 30
+_MAX_SOURCE_BYTES = 4 << 20      # baseline.py, kernel_task.yaml, reference.py
+_MAX_YAML_NODES = 100_000         # as the native spec loader: aliases counted as expanded
+_MAX_YAML_DEPTH = 64
+# What task code may raise that we report as the task's error: SystemExit too (sys.exit() in
+# create_inputs must not end the request as an internal error); KeyboardInterrupt stays ours.
+_TASK_ERRORS = (Exception, SystemExit)
 
 
 # ---------------------------------------------------------------- sources with CONFIG overrides
@@ -112,7 +119,7 @@ class _Source:
             exec(compile(tree, self.filename, "exec"), module.__dict__)
         except WorkerError:
             raise
-        except Exception as e:
+        except _TASK_ERRORS as e:
             raise WorkerError("badInput", f"{self.filename}:{generators.error_line(e, self.filename)}: "
                                           f"{type(e).__name__}: {e}") from None
         self._modules[key] = module
@@ -153,7 +160,7 @@ def _call(fn, filename: str, what: str, *args, **kwargs):
         raise
     except MemoryError:
         raise WorkerError("tooLarge", f"{filename}: {what} ran out of memory") from None
-    except Exception as e:
+    except _TASK_ERRORS as e:
         raise WorkerError("badInput", f"{filename}:{generators.error_line(e, filename)}: {what} raised "
                                       f"{type(e).__name__}: {e}") from None
 
@@ -275,7 +282,7 @@ class _Program:
                     for args in self.configurations(overrides)]
         except MemoryError:
             raise WorkerError("tooLarge", f"{self.producer_file}: {self.producer_name}() ran out of memory") from None
-        except Exception as e:
+        except _TASK_ERRORS as e:
             raise WorkerError("badInput", f"{self.producer_file}:{generators.error_line(e, self.producer_file)}: "
                                           f"{self.producer_name}() raised {type(e).__name__}: {e}") from None
         return [[statics[(ci, ai)] if s is None else jax.ShapeDtypeStruct(s.shape, s.dtype)
@@ -295,7 +302,7 @@ class _Program:
             return [args[i] for i in wanted]
         try:
             values = jax.jit(ints)()
-        except Exception:
+        except _TASK_ERRORS:
             values = [self.configurations(overrides)[configuration][i] for i in wanted]
         # numpy, not jax arrays: inside a trace, ops on jax arrays are staged even when concrete
         return {i: np.asarray(v) for i, v in zip(wanted, values)}
@@ -316,7 +323,7 @@ class _JaxBench(_Program):
         self.dir = path
         self.baseline_path = os.path.join(path, "baseline.py")
         self.producer_file = self.baseline_path
-        self.source = _Source(_read(self.baseline_path), self.baseline_path)
+        self.source = _Source(_read(self.baseline_path, path), self.baseline_path)
         module = self.source.module()
         self.source.function(module, "create_inputs", "the inputs")
         self.source.function(module, "workload", "the reference")
@@ -355,17 +362,28 @@ class _MaxKernel(_Program):
         self.dir = path
         self.yaml_path = os.path.join(path, "kernel_task.yaml")
         self.producer_file = self.yaml_path
-        text = _read(self.yaml_path)
+        text = _read(self.yaml_path, path)
         try:
             node = yaml.compose(text)
+            _check_yaml_size(node, self.yaml_path)
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             line = mark.line + 1 if mark else "?"
             raise WorkerError("badInput", f"{self.yaml_path}:{line}: invalid YAML: "
                                           f"{getattr(e, 'problem', None) or e}") from None
-        if not isinstance(data, dict):
+        except RecursionError:
+            raise WorkerError("badInput", f"{self.yaml_path}: nested more than {_MAX_YAML_DEPTH} "
+                                          f"levels deep; refusing it") from None
+        if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
             raise WorkerError("badInput", f"{self.yaml_path}:1: expected a mapping with task_id, input_gen_code, ...")
+        seen = set()
+        for k, _ in node.value:
+            key = getattr(k, "value", None)
+            if isinstance(key, str) and key in seen:
+                raise WorkerError("badInput", f"{self.yaml_path}:{k.start_mark.line + 1}: field {key}: "
+                                              f"duplicate key (the file gives it twice)")
+            seen.add(key)
         self.data = data
         code = data.get("input_gen_code")
         if not isinstance(code, str) or not code.strip():
@@ -380,7 +398,7 @@ class _MaxKernel(_Program):
         self.source = self.gen
         self.gen.function(self.gen.module(), "get_inputs", "field input_gen_code")
         self.reference_path = os.path.join(path, "reference.py")
-        self.ref = _Source(_read(self.reference_path), self.reference_path, 0, dict(ns))
+        self.ref = _Source(_read(self.reference_path, path), self.reference_path, 0, dict(ns))
         self.ref.function(self.ref.module(), "computation", "the reference")
 
     def producer_module(self, overrides=None):
@@ -417,14 +435,66 @@ def _kind(x) -> str:
     return "an array" if _is_array(x) else type(x).__name__
 
 
-def _read(path: str) -> str:
+def _inside(path: str, root: str) -> str:
+    """`path` checked to be a regular file inside the task directory `root` (symlinks resolved)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, top]) != top:
+        raise WorkerError("badInput", f"{path}: leads outside the task directory {root} (to {real}); "
+                                      f"a task's files must be inside it")
+    if not os.path.exists(real):
+        raise WorkerError("badInput", f"{path}: file not found")
+    if not os.path.isfile(real):
+        raise WorkerError("badInput", f"{path}: not a regular file")
+    return real
+
+
+def _read(path: str, root: str) -> str:
+    real = _inside(path, root)
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise WorkerError("badInput", f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkerError("badInput", f"{path}: cannot read: {e}") from None
+        if os.path.getsize(real) > _MAX_SOURCE_BYTES:
+            raise WorkerError("badInput", f"{path}: larger than {_MAX_SOURCE_BYTES >> 20} MiB")
+        with open(real, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise WorkerError("badInput", f"{path}:{line}: invalid UTF-8 (byte 0x{e.object[e.start]:02X}); "
+                                      f"the file must be UTF-8") from None
+    except OSError as e:
+        raise WorkerError("badInput", f"{path}: cannot read: {e.strerror or e}") from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise WorkerError("badInput", f"{path}:{line}: a NUL byte; the file must be text")
+    return text
+
+
+def _check_yaml_size(node, filename: str) -> None:
+    """Refuses alias bombs and deep nesting before anything is constructed from the document."""
+    sizes: dict = {}
+
+    def size(n, depth):
+        if depth > _MAX_YAML_DEPTH:
+            raise WorkerError("badInput", f"{filename}:{n.start_mark.line + 1}: nested more than "
+                                          f"{_MAX_YAML_DEPTH} levels deep; refusing it")
+        if id(n) in sizes:
+            return sizes[id(n)]
+        sizes[id(n)] = 1   # a cycle (an alias to its own parent) counts once, then stops
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            children = n.value
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for pair in n.value for c in pair]
+        else:
+            children = []
+        for c in children:
+            total += size(c, depth + 1)
+            if total > _MAX_YAML_NODES:
+                raise WorkerError("badInput", f"{filename}:{n.start_mark.line + 1}: the document expands to "
+                                              f"more than {_MAX_YAML_NODES} YAML nodes (aliases of aliases?); "
+                                              f"refusing it")
+        sizes[id(n)] = total
+        return total
+    if node is not None:
+        size(node, 0)
 
 
 def _program(path: str) -> _Program:
@@ -531,7 +601,7 @@ class DirTask(Task):
                 return [(jnp.mean(args[i].astype(jnp.float32)), jnp.std(args[i].astype(jnp.float32))) for i in idx]
             try:
                 values = jax.jit(stats)()
-            except Exception:
+            except _TASK_ERRORS:
                 concrete = self.program.configurations()[configuration]
                 values = [_mean_std(concrete[i]) for i in idx]
             self._stats[configuration] = {i: (float(m), float(s)) for i, (m, s) in zip(idx, values)}
@@ -596,7 +666,7 @@ def _outputs(program: _Program, args: list, configuration: int, overrides=None) 
         return ref(*full)
     try:
         out = jax.eval_shape(run, *[args[i] for i in dyn])
-    except Exception as first:
+    except _TASK_ERRORS as first:
         # data-dependent references: trace again with the integer inputs concrete
         try:
             ints = program.integer_args(configuration, overrides)
@@ -614,7 +684,7 @@ def _outputs(program: _Program, args: list, configuration: int, overrides=None) 
             out = jax.eval_shape(run_floats, *[args[i] for i in floats])
         except WorkerError:
             raise
-        except Exception as e:
+        except _TASK_ERRORS:
             f = program.reference_file()
             raise WorkerError("badInput", f"{f}:{generators.error_line(first, f)}: the reference raised on the "
                                           f"task's input shapes: {type(first).__name__}: {first}") from None
@@ -632,14 +702,21 @@ def _tolerances(program: _Program, num_outputs: int) -> list[dict]:
         rtol = program.data.get("rtol", MAXKERNEL_DEFAULT_TOL)
         where = program.yaml_path
 
+    def number(v, field):
+        # bools and text are refused (float("1e-2") would pass); NaN would fail every
+        # comparison, infinity pass every one, a negative value none.
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise WorkerError("badInput", f"{where}: field {field} must be a number or a list of numbers, "
+                                          f"got {type(v).__name__}")
+        f = float(v)
+        if not math.isfinite(f) or f < 0:
+            raise WorkerError("badInput", f"{where}: field {field} must be finite and non-negative, got {f}")
+        return f
+
     def as_list(value, field):
-        values = value if isinstance(value, (list, tuple)) else None
-        try:
-            if values is None:
-                return float(value)
-            out = [float(v) for v in values]
-        except (TypeError, ValueError):
-            raise WorkerError("badInput", f"{where}: field {field} must be a number or a list of numbers") from None
+        if not isinstance(value, (list, tuple)):
+            return number(value, field)
+        out = [number(v, field) for v in value]
         if len(out) != num_outputs:
             raise WorkerError("badInput", f"{where}: field {field} lists {len(out)} tolerances for "
                                           f"{num_outputs} outputs")
@@ -690,7 +767,7 @@ def load_task_dir(path: str, memory_limit: int) -> dict:
     }
     if isinstance(program, _JaxBench):
         module = program.source.module()
-        spec["name"] = str(program.config.get("name") or os.path.basename(path))
+        spec["name"] = _task_name(program.config.get("name"), path, f"{program.baseline_path}: CONFIG['name']")
         spec["description"] = (module.__doc__ or "").strip()
         spec["referenceEntry"] = "workload"
         spec["reference"] = program.source.text
@@ -704,16 +781,28 @@ def load_task_dir(path: str, memory_limit: int) -> dict:
                 raise WorkerError("badInput", f"{program.baseline_path}: get_flops() must return a number, "
                                               f"got {type(flops).__name__}") from None
         optimized = os.path.join(path, "optimized.py")
-        if os.path.exists(optimized):
-            spec["baselinePath"] = optimized
+        if os.path.lexists(optimized):
+            spec["baselinePath"] = _inside(optimized, path)
     else:
-        spec["name"] = str(program.data.get("task_id") or os.path.basename(path))
+        spec["name"] = _task_name(program.data.get("task_id"), path, f"{program.yaml_path}: field task_id")
         spec["description"] = str(program.data.get("description") or "")
         spec["referenceEntry"] = "computation"
         spec["reference"] = program.ref.text
     task = DirTask(spec, program)
     spec["degenerate"] = _degenerate(task)
     return spec
+
+
+def _task_name(value, path: str, where: str) -> str:
+    """The task's name, held to the native spec's rule: it goes into reports and the header
+    comment of kernel.py, where a newline would inject code."""
+    name = value if value else os.path.basename(path)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name) or not name.strip("."):
+        if not value:   # the directory's own name: keep what is safe of it
+            return re.sub(r"[^A-Za-z0-9_.-]", "_", str(name))[:128].strip(".") or "task"
+        shown = repr(value)[:60]
+        raise WorkerError("badInput", f"{where}: {shown} is not a name of 1-128 of [A-Za-z0-9_.-]")
+    return name
 
 
 def _degenerate(task: DirTask) -> bool:
@@ -731,12 +820,12 @@ def _degenerate(task: DirTask) -> bool:
                 cost = jax.jit(ref, static_argnums=static).lower(*args).cost_analysis()
                 cost = cost[0] if isinstance(cost, (list, tuple)) else cost
                 flops = float((cost or {}).get("flops", 0.0))
-            except Exception:
+            except _TASK_ERRORS:
                 flops = None
         if flops is not None and flops <= _CHEAP_FLOPS:
             try:
                 outs = [jax.tree_util.tree_leaves(ref(*task.make_args(c, s))) for s in (0, 1)]
-            except Exception:
+            except _TASK_ERRORS:
                 continue   # the tester will find it
             if all(np.allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                atol=task.tolerance(k)[0], rtol=task.tolerance(k)[1], equal_nan=True)
@@ -747,6 +836,6 @@ def _degenerate(task: DirTask) -> bool:
             try:
                 if any(std == 0.0 for _, std in task.float_stats(c).values()):
                     return True
-            except Exception:
+            except _TASK_ERRORS:
                 continue
     return False
