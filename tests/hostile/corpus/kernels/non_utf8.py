@@ -1,0 +1,2 @@
+def workload(x):
+    return x  # café

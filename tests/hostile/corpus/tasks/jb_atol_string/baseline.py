@@ -1,0 +1,12 @@
+import jax
+import jax.numpy as jnp
+
+CONFIG = {"name": "hostile", "n": 64, "atol": "tight"}
+
+
+def create_inputs(dtype=jnp.float32):
+    return (jnp.ones((CONFIG['n'], CONFIG['n']), dtype),)
+
+
+def workload(x):
+    return x * 2

@@ -1,0 +1,12 @@
+import jax
+import jax.numpy as jnp
+
+CONFIG = {"name": "hostile", "n": 64}
+
+
+def create_inputs(dtype=jnp.float32):
+    return (jnp.zeros((-4, 8), dtype),)
+
+
+def workload(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def create_inputs():
+    return ()

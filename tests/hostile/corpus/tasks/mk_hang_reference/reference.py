@@ -1,0 +1,3 @@
+def computation(x):
+    while True:
+        pass

@@ -1,0 +1,2 @@
+def computation(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def computation(x):
+    raise ValueError('bad')
