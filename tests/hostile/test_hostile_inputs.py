@@ -30,6 +30,8 @@ pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built
 RUNS = {
     "spec": ["spec", "{f}", "--out", "{o}/spec.bin", "--json", "{o}/spec.json"],
     "check": ["check", "{f}", str(KERNEL), "--no-store", "--json", "{o}/check.json"],
+    "check_hang": ["check", "{f}", str(KERNEL), "--no-store", "--json", "{o}/check.json",
+                   "--deadline", "4"],
     "template": ["template", "{f}", "--out", "{o}/kernel.py", "--json", "{o}/t.json"],
     "optimize": ["optimize", "{f}", "--out", "{o}/run", "--json", "{o}/r.json", "--no-store",
                  "--budget-evals", "1", "--workers", "1"],
@@ -78,7 +80,7 @@ def outcomes(tmp_path_factory):
     jobs = int(os.environ.get("MAXKERNEL_HOSTILE_JOBS", "3"))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         # the slow ones (a worker each) first, so the quick ones fill the gaps
-        order = sorted(MANIFEST, key=lambda e: not e["run"].startswith("task"))
+        order = sorted(MANIFEST, key=lambda e: not (e["run"].startswith("task") or "hang" in e["run"]))
         futures = {e["file"]: pool.submit(run_entry, e, scratch) for e in order}
         results = {k: f.result() for k, f in futures.items()}
     shutil.rmtree(scratch, ignore_errors=True)
