@@ -216,6 +216,7 @@ session_answer ask(caf::actor_system& sys, const messages::tpu_node_actor& node,
                answer.exit_code = exit_code_of(e);
                answer.error = messages::message_of(e);
                answer.timed_out = messages::code_of(e) == messages::error_code::worker_timeout;
+               answer.worker_died = messages::code_of(e) == messages::error_code::worker_crashed;
              });
   if (answer.exit_code == 0 && answer.bytes.empty()) {
     answer.exit_code = 3;
@@ -346,6 +347,12 @@ session_answer node_session::load_task(const std::string& path) {
                                "create_inputs, get_inputs or the reference loop forever?); "
                                "--deadline sets the limit",
                                path, std::chrono::duration<double>(opts_.deadline).count());
+  } else if (answer.worker_died) {
+    // The worker was serving nothing but this task's code (os._exit, a crash in an extension,
+    // the sandbox's memory limit): the task is what failed.
+    answer.exit_code = 2;
+    answer.error = fmt::format("{}: running the task's code: {}; does it call os._exit or "
+                               "exhaust memory?", path, answer.error);
   }
   return answer;
 }

@@ -62,6 +62,7 @@ struct session_answer {
   std::string bytes;                // the reply's payload (EvalResult, KernelSpec)
   std::string error;
   bool timed_out = false;           // the node's deadline passed (worker_timeout)
+  bool worker_died = false;         // the worker died serving it (worker_crashed)
 };
 
 class node_session {

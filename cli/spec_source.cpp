@@ -56,6 +56,11 @@ task_loader worker_task_loader(tpu_nodes::worker_client& worker, uint64_t memory
         out.error = path + ": the task's code did not finish within "
                     + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(load_deadline).count())
                     + " s (does create_inputs, get_inputs or the reference loop forever?)";
+      } else if (loaded.error_class == schema::ErrorClass::CRASH) {
+        // The worker ran nothing but this task's code: os._exit, a crash, the memory limit.
+        out.exit_code = 2;
+        out.error = path + ": running the task's code: " + loaded.message
+                    + "; does it call os._exit or exhaust memory?";
       }
       return out;
     }
