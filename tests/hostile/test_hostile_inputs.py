@@ -121,3 +121,36 @@ def test_hostile_input_is_refused_cleanly(entry, outcomes):
     except AssertionError:
         pytest.xfail(entry["xfail"])
     pytest.fail(f"{entry['file']} passes now: remove its xfail from manifest.yaml")
+
+
+# Files git cannot hold: FIFOs (a reader that opens one blocks forever) and oversized files,
+# made here for each command that reads a file. (run, file name, how to make it, what to name)
+SPECIAL = [
+    ("spec", "fifo.yaml", "fifo", "regular file"),
+    ("spec", "big.yaml", "big", "1 MiB"),
+    ("brains", "fifo.yaml", "fifo", "regular file"),
+    ("calibrate", "fifo.csv", "fifo", "measurements"),
+    ("kernel", "fifo.py", "fifo", "kernel"),
+    ("kernel", "big.py", "big", "1 MiB"),
+    ("workload", "fifo.yaml", "fifo", "regular file"),
+    ("task", "task/baseline.py", "fifo", "regular file"),
+    ("task", "task/reference.py", "big", "MiB"),
+]
+
+
+@pytest.mark.parametrize("run,name,kind,says", SPECIAL, ids=[f"{r}-{n}" for r, n, _, _ in SPECIAL])
+def test_fifos_and_oversized_files_are_refused(tmp_path, run, name, kind, says):
+    target = tmp_path / name
+    target.parent.mkdir(exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_text("# padding\n" * 500_000)   # 5 MB of comment lines
+    if name.startswith("task/") and name != "task/baseline.py":   # a MaxKernel task around it
+        (target.parent / "kernel_task.yaml").write_text(
+            "task_id: t\ninput_gen_code: |\n  def get_inputs():\n"
+            "      return ([jnp.ones((8, 8))], [])\n")
+    entry = {"file": str(target.parent if name.startswith("task/") else target), "run": run,
+             "names": [says]}
+    r = run_entry(entry, tmp_path)   # an absolute file: HERE / file is the file itself
+    check_refusal(entry, r)
