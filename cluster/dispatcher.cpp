@@ -144,13 +144,39 @@ std::optional<std::size_t> pick_node(const dispatcher_state& st,
 std::optional<std::size_t> side_node(const dispatcher_state& st) {
   if (auto free = pick_node(st))
     return free;
+  // The least loaded, a refusing node only when every node refuses.
   std::optional<std::size_t> best;
-  for (std::size_t i = 0; i < st.nodes.size(); ++i) {
-    auto& n = st.nodes[i];
-    if (usable(n) && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
-      best = i;
+  for (bool refusing_too : {false, true}) {
+    for (std::size_t i = 0; i < st.nodes.size(); ++i) {
+      auto& n = st.nodes[i];
+      if (usable(n) && (refusing_too || !n.refusing)
+          && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
+        best = i;
+    }
+    if (best)
+      break;
   }
   return best;
+}
+
+// The node refuses work for now (overloaded, or no worker running): no new work until one of
+// its requests finishes, or overload_retry after its last one did.
+void refusing(dispatcher* self, std::size_t node) {
+  auto& st = self->state;
+  auto& n = st.nodes[node];
+  n.refusing = true;
+  ++n.refusals;
+  if (n.in_flight == 0)
+    self->delayed_send(self, st.config.overload_retry, unblock_atom::value,
+                       static_cast<uint64_t>(node), n.refusals);
+}
+
+// Another node that may take a refused request.
+bool another_taker(const dispatcher_state& st, std::size_t node) {
+  for (std::size_t i = 0; i < st.nodes.size(); ++i)
+    if (i != node && usable(st.nodes[i]) && !st.nodes[i].refusing)
+      return true;
+  return false;
 }
 
 std::optional<std::size_t> first_alive(const dispatcher_state& st) {
@@ -327,12 +353,12 @@ void on_error(dispatcher* self, uint64_t attempt_id, std::size_t node, caf::erro
   auto started = st.live_attempts.at(attempt_id).started;
   auto job_id = release(self, attempt_id);
   auto& n = st.nodes[node];
-  if (messages::code_of(err) == error_code::overloaded) {
-    n.refusing = true;
-    ++n.refusals;
-    if (n.in_flight == 0)
-      self->delayed_send(self, st.config.overload_retry, unblock_atom::value,
-                         static_cast<uint64_t>(node), n.refusals);
+  // Overloaded, or no worker of its running (killed, restarting after a backoff): the node
+  // refuses for now and the request goes to another node; the node gets work again when
+  // one of its requests finishes or after overload_retry.
+  auto code = messages::code_of(err);
+  if (code == error_code::overloaded || code == error_code::worker_unavailable) {
+    refusing(self, node);
     if (job_id && st.jobs.at(job_id).attempts.empty())
       requeue(self, {job_id});
   } else if (job_id) {
@@ -497,6 +523,14 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
         auto& n = self->state.nodes[i];
         if (n.side > 0)
           --n.side;
+        auto code = messages::code_of(err);
+        if ((code == error_code::overloaded || code == error_code::worker_unavailable)
+            && another_taker(self->state, i)) {
+          // Full, or no worker running there (killed, restarting): another node takes it.
+          refusing(self, i);
+          forward(self, rp, first, timeout, args...);
+          return;
+        }
         if (!unreachable(err)) {
           rp.deliver(std::move(err));
           return;
