@@ -16,6 +16,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <iostream>
 #include <memory>
 
 namespace maxkernel::tpu_nodes {
@@ -62,6 +63,10 @@ void retry_later(worker_actor* self, const std::string& error) {
   auto& st = self->state;
   st.up = false;
   auto wait = st.backoff.count() > 0 ? st.backoff : st.settings.backoff_initial;
+  // On the process's stderr (a node's log): the pool's status says it too, but an operator
+  // reading the log should see a worker that keeps failing without asking.
+  std::cerr << "worker " << st.settings.index << " is down (" << error << "); starting it again in "
+            << wait.count() << " ms\n";
   tell_pool(self, down_atom::value, static_cast<uint32_t>(st.settings.index), error,
             static_cast<uint64_t>(wait.count()));
   self->delayed_send(self, wait, start_atom::value);
@@ -93,6 +98,9 @@ void finish(worker_actor* self, uint64_t job, unsigned restarts_before, payload 
   auto& st = self->state;
   std::string health_error;
   if (st.client->restarts() != restarts_before) {
+    std::cerr << "worker " << st.settings.index << " restarted (restart "
+              << st.client->restarts() << ") after: "
+              << (message.empty() ? std::string("it died between requests") : message) << "\n";
     auto pong = st.client->ping(ping_deadline);
     if (!pong.ok) {
       st.up = false;
@@ -117,6 +125,29 @@ bool refuse_when_down(worker_actor* self, uint64_t job) {
   return true;
 }
 
+// A worker killed under its client can surface as an exception (a ZeroMQ error on its
+// socket, a failed restart): the job is refused as worker_unavailable (not the candidate's
+// fault: a dispatcher sends it to another node) and the worker starts afresh after the
+// backoff. The actor must not end on it: the pool's slot would never come back and every job
+// it held would fail ("the pool's worker actor ended"), ending the searches that sent them.
+template <class F>
+void guarded(worker_actor* self, uint64_t job, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    auto& st = self->state;
+    auto restarts = st.client ? st.client->restarts() : 0u;
+    std::string why = std::string("the worker failed: ") + e.what();
+    st.up = false;
+    st.client.reset();  // a fresh client (and process) at the next start
+    if (job != 0)
+      tell_pool(self, done_atom::value, static_cast<uint32_t>(st.settings.index), job,
+                payload{}, static_cast<uint8_t>(error_code::worker_unavailable), why, false,
+                int64_t{0}, static_cast<uint32_t>(restarts));
+    retry_later(self, why);
+  }
+}
+
 caf::behavior pool_worker(worker_actor* self, pool_worker_settings settings,
                           caf::actor_addr pool) {
   self->state.settings = std::move(settings);
@@ -126,72 +157,78 @@ caf::behavior pool_worker(worker_actor* self, pool_worker_settings settings,
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
   self->send(self, start_atom::value);
   return {
-    [self](start_atom) { start(self); },
+    [self](start_atom) { guarded(self, 0, [&] { start(self); }); },
     [self](messages::evaluate_atom, uint64_t job, const payload& request, uint32_t budget_ms) {
       if (refuse_when_down(self, job))
         return;
-      auto restarts = self->state.client->restarts();
-      std::string err;
-      auto msg = messages::open_payload<schema::EvalRequest>(request, err);
-      if (!msg) {
-        finish(self, job, restarts, payload{}, error_code::malformed_message,
-               "EvalRequest: " + err);
-        return;
-      }
-      pipeline_settings ps;
-      ps.backend = self->state.settings.backend;
-      ps.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
-      pipeline_outcome out;
-      try {
-        out = run_evaluation(*self->state.client, msg->root<schema::EvalRequest>(), ps);
-      } catch (const kj::Exception& e) {  // a field of the request that does not read
-        out.error_class = schema::ErrorClass::BAD_INPUT;
-        out.message = std::string("EvalRequest: ") + e.getDescription().cStr();
-      } catch (const std::exception& e) {  // a bug: the job fails, the worker stays
-        out.error_class = schema::ErrorClass::INTERNAL;
-        out.message = e.what();
-      }
-      if (!out.ok) {
-        finish(self, job, restarts, payload{}, code_for(out.error_class), std::move(out.message));
-        return;
-      }
-      finish(self, job, restarts, payload{capnp::typeId<schema::EvalResult>(), std::move(out.result)},
-             error_code::none, {});
+      guarded(self, job, [&] {
+        auto restarts = self->state.client->restarts();
+        std::string err;
+        auto msg = messages::open_payload<schema::EvalRequest>(request, err);
+        if (!msg) {
+          finish(self, job, restarts, payload{}, error_code::malformed_message,
+                 "EvalRequest: " + err);
+          return;
+        }
+        pipeline_settings ps;
+        ps.backend = self->state.settings.backend;
+        ps.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+        pipeline_outcome out;
+        try {
+          out = run_evaluation(*self->state.client, msg->root<schema::EvalRequest>(), ps);
+        } catch (const kj::Exception& e) {  // a field of the request that does not read
+          out.error_class = schema::ErrorClass::BAD_INPUT;
+          out.message = std::string("EvalRequest: ") + e.getDescription().cStr();
+        } catch (const std::exception& e) {  // a bug: the job fails, the worker stays
+          out.error_class = schema::ErrorClass::INTERNAL;
+          out.message = e.what();
+        }
+        if (!out.ok) {
+          finish(self, job, restarts, payload{}, code_for(out.error_class), std::move(out.message));
+          return;
+        }
+        finish(self, job, restarts, payload{capnp::typeId<schema::EvalResult>(), std::move(out.result)},
+               error_code::none, {});
+      });
     },
     [self](messages::load_atom, uint64_t job, const std::string& path, uint32_t budget_ms) {
       if (refuse_when_down(self, job))
         return;
-      auto& client = *self->state.client;
-      auto restarts = client.restarts();
-      auto r = client.load_task(path, self->state.settings.options.memory_limit_bytes,
-                                std::chrono::milliseconds(budget_ms));
-      if (!r.ok) {
-        finish(self, job, restarts, payload{}, code_for(r.error_class), std::move(r.message));
-        return;
-      }
-      finish(self, job, restarts, payload{capnp::typeId<schema::KernelSpec>(), std::move(r.bytes)},
-             error_code::none, {});
+      guarded(self, job, [&] {
+        auto& client = *self->state.client;
+        auto restarts = client.restarts();
+        auto r = client.load_task(path, self->state.settings.options.memory_limit_bytes,
+                                  std::chrono::milliseconds(budget_ms));
+        if (!r.ok) {
+          finish(self, job, restarts, payload{}, code_for(r.error_class), std::move(r.message));
+          return;
+        }
+        finish(self, job, restarts, payload{capnp::typeId<schema::KernelSpec>(), std::move(r.bytes)},
+               error_code::none, {});
+      });
     },
     [self](messages::analyze_atom, uint64_t job, const payload& request, uint32_t budget_ms) {
       if (refuse_when_down(self, job))
         return;
-      auto& client = *self->state.client;
-      auto restarts = client.restarts();
-      std::string err;
-      auto msg = messages::open_payload<schema::AnalyzeRequest>(request, err);
-      if (!msg) {
-        finish(self, job, restarts, payload{}, error_code::malformed_message,
-               "AnalyzeRequest: " + err);
-        return;
-      }
-      auto a = msg->root<schema::AnalyzeRequest>();
-      auto r = client.analyze(a.getSpec(), a.getConfiguration(), std::chrono::milliseconds(budget_ms));
-      if (!r.ok) {
-        finish(self, job, restarts, payload{}, code_for(r.error_class), std::move(r.message));
-        return;
-      }
-      finish(self, job, restarts,
-             payload{capnp::typeId<schema::DataflowGraph>(), std::move(r.bytes)}, error_code::none, {});
+      guarded(self, job, [&] {
+        auto& client = *self->state.client;
+        auto restarts = client.restarts();
+        std::string err;
+        auto msg = messages::open_payload<schema::AnalyzeRequest>(request, err);
+        if (!msg) {
+          finish(self, job, restarts, payload{}, error_code::malformed_message,
+                 "AnalyzeRequest: " + err);
+          return;
+        }
+        auto a = msg->root<schema::AnalyzeRequest>();
+        auto r = client.analyze(a.getSpec(), a.getConfiguration(), std::chrono::milliseconds(budget_ms));
+        if (!r.ok) {
+          finish(self, job, restarts, payload{}, code_for(r.error_class), std::move(r.message));
+          return;
+        }
+        finish(self, job, restarts,
+               payload{capnp::typeId<schema::DataflowGraph>(), std::move(r.bytes)}, error_code::none, {});
+      });
     },
   };
 }
