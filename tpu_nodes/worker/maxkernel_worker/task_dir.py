@@ -703,12 +703,15 @@ def _tolerances(program: _Program, num_outputs: int) -> list[dict]:
         where = program.yaml_path
 
     def number(v, field):
-        # bools and text are refused (float("1e-2") would pass); NaN would fail every
-        # comparison, infinity pass every one, a negative value none.
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        # Text is read as a number: PyYAML (YAML 1.1) reads `atol: 1e-3` as the string "1e-3".
+        # NaN would fail every comparison, infinity pass every one, a negative value none.
+        try:
+            if isinstance(v, bool) or not isinstance(v, (int, float, str, np.integer, np.floating)):
+                raise ValueError
+            f = float(v)
+        except ValueError:
             raise WorkerError("badInput", f"{where}: field {field} must be a number or a list of numbers, "
-                                          f"got {type(v).__name__}")
-        f = float(v)
+                                          f"got {str(v)[:40]!r}") from None
         if not math.isfinite(f) or f < 0:
             raise WorkerError("badInput", f"{where}: field {field} must be finite and non-negative, got {f}")
         return f
