@@ -7,6 +7,7 @@ field or construct). The commands run once per session, a few at a time (task di
 start a JAX worker each: running them side by side keeps the suite near a minute), and each
 test asserts on one entry's outcome."""
 import concurrent.futures
+import json
 import os
 import pathlib
 import shutil
@@ -154,3 +155,17 @@ def test_fifos_and_oversized_files_are_refused(tmp_path, run, name, kind, says):
              "names": [says]}
     r = run_entry(entry, tmp_path)   # an absolute file: HERE / file is the file itself
     check_refusal(entry, r)
+
+
+def test_strict_tolerances_still_read_yaml11_scientific_notation(tmp_path):
+    """The NaN/negative refusal must not refuse `atol: 1e-3`, which PyYAML reads as text."""
+    task = tmp_path / "sci"
+    task.mkdir()
+    (task / "kernel_task.yaml").write_text(
+        "task_id: sci\natol: 1e-3\nrtol: [2e-3]\ninput_gen_code: |\n  def get_inputs():\n"
+        "      return ([jnp.ones((8, 8), jnp.float32)], [])\n")
+    (task / "reference.py").write_text("def computation(x):\n    return x * 2\n")
+    run = subprocess.run([str(BIN), "spec", str(task), "--json", "-"], capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["tolerances"] == [{"output": 0, "atol": 0.001, "rtol": 0.002}]
