@@ -39,7 +39,7 @@ def exec_source(source: str, filename: str, module_name: str) -> types.ModuleTyp
         raise WorkerError("badInput", f"{filename}:{e.lineno}: syntax error: {e.msg}") from None
     try:
         exec(code, module.__dict__)
-    except Exception as e:  # the user's module failed at import time
+    except (Exception, SystemExit) as e:  # the user's module failed at import time
         raise WorkerError("badInput", f"{filename}:{error_line(e, filename)}: "
                                       f"{type(e).__name__}: {e}") from None
     return module
@@ -95,8 +95,10 @@ def draw(generator: dict, shape: tuple, dtype: str, seed: int, index: int,
         fn = _code_generator(params if isinstance(params, str) else generator["code"], where)
         try:
             values = fn(rng, shape, dtype, dict(dims or {}))
-        except Exception as e:
-            raise WorkerError("badInput", f"{where}: generate() raised {type(e).__name__}: {e}") from None
+        except (Exception, SystemExit) as e:
+            line = error_line(e, where)
+            at = f" (line {line} of its code)" if line != "?" else ""
+            raise WorkerError("badInput", f"{where}: generate() raised{at} {type(e).__name__}: {e}") from None
         values = jnp.asarray(values)
         if tuple(values.shape) != shape:
             raise WorkerError("badInput", f"{where}: generate() returned shape {tuple(values.shape)}, "

@@ -198,7 +198,7 @@ class NativeTask(Task):
                 args.append(np.broadcast_to(np.zeros((), jnp.dtype(dtype)), shape))
                 continue
             gen = inp.get("generator") or {"normal": {}}
-            where = f"{self.name}: input {inp.get('name', index)}"
+            where = f"{self.spec.get('sourcePath') or self.name}: input {inp.get('name', index)}"
             if redraw_normal and not inp.get("structural") and generators.is_float_dtype(dtype):
                 args.append(generators.redraw_float(shape, dtype, seed, index))
             else:

@@ -33,6 +33,7 @@ import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
 from . import candidate as candidate_mod
+from . import generators
 from .errors import WorkerError
 from .sandbox import CpuLimitExceeded, denial_message
 
@@ -607,10 +608,13 @@ def _run_candidate(cand, fn, args, files, dirs, clear_caches: bool):
 def _run_reference(task, configuration, args, seed, kind) -> list:
     try:
         return _to_numpy(jax.block_until_ready(task.reference(configuration)(*args)))
-    except WorkerError:
+    except (WorkerError, KeyboardInterrupt):
         raise
-    except Exception as e:
-        raise WorkerError("badInput", f"task {task.name}: the reference failed on configuration "
+    except (Exception, SystemExit) as e:   # sys.exit() in the reference is its failure too
+        source = (getattr(task, "spec", None) or {}).get("sourcePath") or f"task {task.name}"
+        line = generators.error_line(e, f"{source}: reference")
+        at = f" (line {line} of its code)" if line != "?" else ""
+        raise WorkerError("badInput", f"{source}: the reference failed{at} on configuration "
                                       f"{configuration}, seed {seed} ({kind} inputs): {_short(e)}") from e
 
 
