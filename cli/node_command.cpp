@@ -49,8 +49,10 @@ bool resolve(const node_command_options& opts, config::cluster_config& cfg, std:
     error = "--join: the supervisor's node port is needed (HOST:PORT, port 1-65535)";
     return false;
   }
-  if (!opts.token_file.empty())
+  if (!opts.token_file.empty()) {
     cfg.token_file = opts.token_file;
+    cfg.token_file_at.clear();
+  }
   if (!opts.backend.empty())
     cfg.backend = opts.backend;
   if (cfg.backend != "model" && cfg.backend != "jax-tpu") {
@@ -107,7 +109,8 @@ int run_node(const node_command_options& opts) {
     return 2;
   }
   int code = 0;
-  if (!cfg.token_file.empty() && !load_token_file(cfg.token_file, std::cerr, code))
+  if (!cfg.token_file.empty() &&
+      !load_token_file(cfg.token_file, std::cerr, code, cfg.token_file_given_by()))
     return code;
   if (!opts.state_dir.empty()) {
     // A store that does not open is bad input, told apart from a worker that does not start.

@@ -43,8 +43,10 @@ bool resolve(const supervisor_command_options& opts, config::cluster_config& cfg
   }
   if (!opts.state_dir.empty())
     cfg.state_dir = opts.state_dir;
-  if (!opts.token_file.empty())
+  if (!opts.token_file.empty()) {
     cfg.token_file = opts.token_file;
+    cfg.token_file_at.clear();
+  }
   return true;
 }
 
@@ -65,7 +67,7 @@ int run_supervisor(const supervisor_command_options& opts) {
   }
   int code = 0;
   if (!cfg.token_file.empty()) {
-    if (!load_token_file(cfg.token_file, std::cerr, code))
+    if (!load_token_file(cfg.token_file, std::cerr, code, cfg.token_file_given_by()))
       return code;
   } else {
     std::cerr << "warning: no --token-file: the node and client ports take any peer (run "

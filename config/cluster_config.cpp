@@ -114,6 +114,10 @@ cluster_config parse(const YAML::Node& root, const field_reader& r, const std::s
       c.state_dir = read_path(r, v, f, file);
     } else if (f == "token_file") {
       c.token_file = read_path(r, v, f, file);
+      auto mark = v.Mark();
+      c.token_file_at = mark.line >= 0
+                          ? fmt::format("{}:{}:{}: token_file", file, mark.line + 1, mark.column + 1)
+                          : file + ": token_file";
     } else if (f == "heartbeat_interval_ms") {
       c.heartbeat_interval_ms =
         static_cast<uint32_t>(read_count(r, v, f, 1, max_heartbeat_ms, "milliseconds"));

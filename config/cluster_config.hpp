@@ -25,6 +25,11 @@ struct cluster_config {
   std::string state_dir;  // "" = the default state directory
   // every process
   std::string token_file;  // "" = none given (a process then needs --token-file)
+  std::string token_file_at;  // "FILE:LINE:COLUMN: token_file" when the file gave it
+  // Where token_file came from, for messages.
+  std::string token_file_given_by() const {
+    return token_file_at.empty() ? "--token-file" : token_file_at;
+  }
   uint32_t heartbeat_interval_ms = 200;
   uint32_t connection_timeout_ms = 1000;
   // node
