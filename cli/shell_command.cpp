@@ -1,5 +1,6 @@
 #include "cli/shell_command.hpp"
 
+#include "cli/client_event.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/optimize_cli.hpp"
 #include "cli/shell_service.hpp"
@@ -166,7 +167,7 @@ private:
       if (!bytes)
         continue;
       std::string error;
-      auto msg = messages::decoded_message::parse(*bytes, error);
+      auto msg = read_client_event(*bytes, error);
       if (!msg)
         continue;
       try {
