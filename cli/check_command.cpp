@@ -71,6 +71,15 @@ int run_check(const check_options& opts) {
   evaluated candidate;
   if (!opts.reference_only) {
     candidate = evaluate(session, spec, source, fs::absolute(kernel_path).string(), settings);
+    if (candidate.timed_out) {
+      // The test runs the reference too: one that hangs is the spec's fault, not the kernel's.
+      auto alone = settings;
+      alone.reference = true;
+      if (evaluate(session, spec, "", "reference", alone).timed_out) {
+        std::cerr << "error: " << reference_hangs(spec, session, "when it was run") << "\n";
+        return 2;
+      }
+    }
     if (candidate.exit_code != 0) {
       std::cerr << "error: " << candidate.error << "\n";
       return candidate.exit_code;

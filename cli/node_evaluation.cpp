@@ -2,6 +2,9 @@
 
 #include "maxkernel/schema/worker.capnp.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <fstream>
 #include <iterator>
 
@@ -19,6 +22,7 @@ evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
   if (answer.exit_code != 0) {
     out.exit_code = answer.exit_code;
     out.error = answer.error;
+    out.timed_out = answer.timed_out;
     return out;
   }
   out.message = messages::decode<schema::EvalResult>(answer.bytes, out.error);
@@ -34,6 +38,16 @@ std::string failure_of(schema::EvalResult::Reader r) {
     if (p.getStatus() == schema::Status::FAILED)
       return p.getMessage().cStr();
   return "no profile";
+}
+
+std::string reference_hangs(schema::KernelSpec::Reader spec, const node_session& session,
+                            const char* while_doing) {
+  std::string where = spec.getSourcePath().size() ? spec.getSourcePath().cStr()
+                                                  : spec.getName().cStr();
+  return fmt::format("{}: the reference did not finish within {:g} s {} (does it loop "
+                     "forever?); --deadline sets the limit",
+                     where, std::chrono::duration<double>(session.deadline()).count(),
+                     while_doing);
 }
 
 reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
@@ -74,6 +88,10 @@ int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
   req.setSpec(spec);
   req.setConfiguration(0);
   auto analyzed = session.analyze(messages::encode(msg));
+  if (analyzed.timed_out) {
+    error = reference_hangs(spec, session, "while it was traced");
+    return 2;
+  }
   if (analyzed.exit_code != 0) {
     error = "analyze: " + analyzed.error;
     return analyzed.exit_code;

@@ -14,6 +14,7 @@ struct evaluated {
   std::optional<messages::decoded_message> message;
   int exit_code = 0;  // 0, else 2 (bad input) or 3 (environment) and `error`
   std::string error;
+  bool timed_out = false;  // the node's deadline passed
   schema::EvalResult::Reader result() { return message->root<schema::EvalResult>(); }
 };
 
@@ -29,11 +30,16 @@ struct reference_times {
   unsigned evaluations = 0;
   unsigned cache_hits = 0;
 };
+// What to tell when a reference runs past the node's deadline (it hangs).
+std::string reference_hangs(schema::KernelSpec::Reader spec, const node_session& session,
+                            const char* while_doing);
+
 reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
                                             const std::string& chip);
 
 // The reference's analyze summary (configuration 0), decoded and readable many times: what
-// the brains match and reason on. 0, or the exit code and `error`.
+// the brains match and reason on. 0, or the exit code and `error` (2 when the reference's
+// code does not finish tracing within the deadline: the spec's fault).
 int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
                       std::optional<messages::decoded_message>& graph, std::string& error);
 

@@ -84,6 +84,7 @@ public:
   // The dispatcher (for its status: nodes busy); invalid with one node and no `dispatch`.
   messages::dispatcher_actor dispatcher();
   unsigned nodes() const { return opts_.nodes; }
+  std::chrono::milliseconds deadline() const { return opts_.deadline; }
   // A node process's devices, to join a remote dispatcher with.
   const std::vector<messages::tpu_node_actor>& local_nodes() const;
   // The dispatcher's view of the nodes as text: each node with its id, whether alive, work
