@@ -251,20 +251,26 @@ def test_the_client_port_refuses_submissions_without_curve_credentials(cluster):
     context = zmq.Context()
     log = cluster.base / "supervisor0.log"
     try:
-        cases = [("no CURVE", dealer(context), "it does not use CURVE"),
+        # (libzmq reports a mechanism mismatch as such, or, depending on timing, as a
+        # handshake that broke off: either way the peer is refused and logged.)
+        cases = [("no CURVE", dealer(context),
+                  "(it does not use CURVE|the connection broke during the CURVE handshake)"),
                  ("CURVE, the cluster's server key, a client key of its own",
                   dealer(context, server_pub, zmq.curve_keypair()),
-                  "its CURVE key is not this cluster's client key"),
+                  re.escape("its CURVE key is not this cluster's client key")),
                  ("CURVE, a wrong server key",
                   dealer(context, zmq.curve_keypair()[0], zmq.curve_keypair()),
-                  "does not decrypt with this cluster's server key")]
+                  re.escape("does not decrypt with this cluster's server key"))]
         for what, d, why in cases:
             d.connect(endpoint)
             d.send(request)
             assert not answered(d, 3), what
             d.close()
-            wait_for(lambda: f"client port: refused a peer from 127.0.0.1" in log.read_text()
-                     and why in log.read_text(), 30, f"the refusal of '{what}' in the log")
+            # The address is best effort: read when the monitor's event arrives, it is
+            # `unknown` once the peer has hung up (docs/cluster.md).
+            wait_for(lambda: re.search(r"client port: refused a peer from (127\.0\.0\.1|unknown)"
+                                       r"[^\n]*" + why, log.read_text()),
+                     30, f"the refusal of '{what}' in the log")
         # Nothing was taken in: no submission directory, nothing dispatched or stored.
         assert not (cluster.state / "submissions").exists()
         assert re.search(r"\b0 completed", cluster.status())
