@@ -3,7 +3,9 @@
 // a_ik b_jk per channel, between gated projections and layer norms): the contraction
 // becomes a Pallas batched matmul (batch, rows, cols, K grid), the ops before and after it
 // are replayed from the graph as jnp for XLA to fuse around the kernel. A fallback of low
-// score: specialised templates (attention, matmul epilogues, MoE) win when they match.
+// score: specialised templates (attention, matmul epilogues, MoE) win when they match. Also
+// the fallback for contractions the matmul family refuses: batch dims that do not lead
+// ([M, K, B] x [K, N, B]), an operand computed before the product (x @ (w_q * scale).T).
 // Refused: a contraction of graph inputs alone without batch dims (the matmul family's),
 // one that is not at least 60% of the reference's matmul flops, loops, primitives the
 // replay does not know.
@@ -62,7 +64,11 @@ public:
     auto lhs = g.operand(core, 0), rhs = g.operand(core, 1);
     bool lhs_computed = !trace_operand(g, lhs).source.is_input();
     bool rhs_computed = !trace_operand(g, rhs).source.is_input();
-    if (lc.empty() || !(lhs_computed || rhs_computed) || (lb.empty() && !(lhs_computed && rhs_computed)))
+    // Graph inputs on both sides without batch dims are the matmul family's; with batch dims
+    // anywhere ([M, K, B] x [K, N, B]) or a computed side (a weight dequantised by a
+    // per-channel scale before the product), the operands are permuted / computed in the
+    // wrapper and the contraction runs here.
+    if (lc.empty() || (!lhs_computed && !rhs_computed && lb.empty()))
       return std::nullopt;
     auto ls = g.shape(lhs), rs = g.shape(rhs);
     auto free_of = [](size_t rank, const std::vector<int>& b, const std::vector<int>& c) {
