@@ -13,6 +13,7 @@
 #include "search/state_dir.hpp"
 #include "tpu_nodes/pool_config.hpp"
 #include "tpu_nodes/store_front.hpp"
+#include "tpu_nodes/task_files.hpp"
 #include "tpu_nodes/tpu_node.hpp"
 #include "tpu_nodes/worker_pool.hpp"
 
@@ -28,12 +29,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 namespace maxkernel::cli {
 
 struct node_session::impl {
+  // Declared before the actor system: its nodes write here until the system is gone.
+  std::unique_ptr<tpu_nodes::task_files> shipped;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<search::evaluation_store> store;
@@ -139,6 +145,9 @@ bool node_session::start(std::string& error) {
   workers_ = tpu_nodes::resolved_worker_count(pc);
   pc.worker.memory_limit_bytes = opts_.memory_limit_bytes;
   impl_->pool = tpu_nodes::spawn_worker_pool(*impl_->sys, pc);
+  // Task directories that come with requests from a supervisor on another host.
+  if (node_process)
+    impl_->shipped = std::make_unique<tpu_nodes::task_files>();
   for (unsigned i = 0; i < std::max(1u, opts_.nodes); ++i) {
     tpu_nodes::node_config nc;
     nc.node_id = node_process ? fmt::format("{}:{}:{}", host_name(), ::getpid(), i)
@@ -150,6 +159,7 @@ bool node_session::start(std::string& error) {
     nc.default_deadline = opts_.deadline;
     nc.store = impl_->store.get();
     nc.simulate_device = opts_.simulate_device;
+    nc.shipped = impl_->shipped.get();
     impl_->nodes.push_back(tpu_nodes::spawn_tpu_node(*impl_->sys, nc, impl_->pool));
   }
   if (node_process) {
@@ -337,8 +347,58 @@ std::optional<cluster_counts> node_session::cluster_counts_now() {
 messages::tpu_node_actor node_session::evaluator() { return impl_->front; }
 messages::dispatcher_actor node_session::dispatcher() { return impl_->dispatcher; }
 
+namespace {
+
+// A task directory's regular files, relative to it, for nodes on other hosts. False with
+// `error` (a file that does not read, more than a node takes).
+bool read_task_files(const std::string& dir, std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
+  namespace fs = std::filesystem;
+  tpu_nodes::task_file_limits limits;
+  std::error_code ec;
+  uint64_t total = 0;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->is_symlink(ec))
+      continue;
+    auto rel = fs::relative(it->path(), dir, ec).generic_string();
+    std::ifstream in(it->path(), std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      error = fmt::format("{}: cannot read", it->path().string());
+      return false;
+    }
+    total += data.size();
+    if (files.size() >= limits.max_files || total > limits.max_bytes) {
+      error = fmt::format("{}: more than {} files or {} bytes, more than a node takes", dir,
+                          limits.max_files, limits.max_bytes);
+      return false;
+    }
+    files.emplace_back(std::move(rel), std::move(data));
+  }
+  if (ec) {
+    error = fmt::format("{}: {}", dir, ec.message());
+    return false;
+  }
+  return true;
+}
+
+void set_task_files(capnp::List<schema::TaskFile>::Builder list,
+                    const std::vector<std::pair<std::string, std::string>>& files) {
+  for (unsigned i = 0; i < files.size(); ++i) {
+    list[i].setPath(files[i].first);
+    auto& data = files[i].second;
+    list[i].setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data()), data.size()));
+  }
+}
+
+}  // namespace
+
 session_answer node_session::load_task(const std::string& path) {
-  auto answer = ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);
+  session_answer answer;
+  if (opts_.role == session_options::cluster_role::supervisor) {
+    answer = load_shipped(path);
+  } else {
+    answer = ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value, path);
+  }
   // Loading runs the task's own code (create_inputs, get_inputs, the reference under
   // eval_shape): past the deadline that code is what hangs, a fault of the input.
   if (answer.timed_out) {
@@ -354,6 +414,38 @@ session_answer node_session::load_task(const std::string& path) {
     answer.error = fmt::format("{}: running the task's code: {}; does it call os._exit or "
                                "exhaust memory?", path, answer.error);
   }
+  return answer;
+}
+
+// A supervisor's nodes may be on other hosts: the directory's files go with the load, and
+// the spec that comes back carries them to every later request (docs/cluster.md).
+session_answer node_session::load_shipped(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> files;
+  session_answer answer;
+  if (!read_task_files(path, files, answer.error)) {
+    answer.exit_code = 2;
+    return answer;
+  }
+  capnp::MallocMessageBuilder request;
+  auto load = request.initRoot<schema::LoadRequest>();
+  load.setPath(path);
+  set_task_files(load.initTaskFiles(static_cast<unsigned>(files.size())), files);
+  answer = ask(*impl_->sys, impl_->front, opts_.deadline, messages::load_atom::value,
+               messages::make_payload<schema::LoadRequest>(request));
+  if (answer.exit_code != 0)
+    return answer;
+  std::string error;
+  auto spec = messages::decode<schema::KernelSpec>(answer.bytes, error);
+  if (!spec) {
+    answer.exit_code = 3;
+    answer.error = "the node sent a bad KernelSpec: " + error;
+    return answer;
+  }
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(spec->root<schema::KernelSpec>());
+  auto out = copy.getRoot<schema::KernelSpec>();
+  set_task_files(out.initTaskFiles(static_cast<unsigned>(files.size())), files);
+  answer.bytes = messages::encode(copy);
   return answer;
 }
 

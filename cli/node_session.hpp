@@ -107,6 +107,7 @@ public:
 
 private:
   bool start_supervisor(std::string& error);
+  session_answer load_shipped(const std::string& path);
   struct impl;
   std::unique_ptr<impl> impl_;
   session_options opts_;

@@ -646,6 +646,13 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
               std::move(path));
       return rp;
     },
+    [self](messages::load_atom, payload& request) {
+      auto rp = self->make_response_promise();
+      auto& c = self->state.config;
+      forward(self, rp, false, c.default_deadline + c.reply_margin, messages::load_atom::value,
+              std::move(request));
+      return rp;
+    },
     [self](messages::analyze_atom, payload& request) {
       auto rp = self->make_response_promise();
       auto& c = self->state.config;

@@ -23,6 +23,9 @@ using tpu_node_actor = caf::typed_actor<
   caf::replies_to<evaluate_atom, payload, uint32_t>::with<payload>,
   // path of a task directory -> KernelSpec
   caf::replies_to<load_atom, std::string>::with<payload>,
+  // LoadRequest (worker.capnp): a task directory's path and its files, for a node that does
+  // not share the requester's disk -> KernelSpec whose paths are the requester's
+  caf::replies_to<load_atom, payload>::with<payload>,
   // AnalyzeRequest -> DataflowGraph
   caf::replies_to<analyze_atom, payload>::with<payload>,
   // -> NodeInfo

@@ -10,6 +10,8 @@ class evaluation_store;
 
 namespace maxkernel::tpu_nodes {
 
+class task_files;
+
 struct node_config {
   std::string node_id;             // unique in the cluster, e.g. "host:0"
   unsigned device = 0;             // device index on its host
@@ -25,6 +27,11 @@ struct node_config {
   // Model backend: every evaluation occupies the simulated device this long; replies are
   // delayed accordingly (by timers, never by sleeping a thread). 0: off.
   std::chrono::milliseconds simulate_device{0};
+  // Where task directories shipped with requests (KernelSpec.taskFiles, LoadRequest.taskFiles)
+  // are written for the workers (tpu_nodes/task_files.hpp); shared by the devices of a
+  // process. Not owned; must outlive the node. Null: shipped files are ignored and the
+  // workers read sourcePath as it is.
+  task_files* shipped = nullptr;
 };
 
 }  // namespace maxkernel::tpu_nodes

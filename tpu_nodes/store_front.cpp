@@ -183,6 +183,9 @@ caf::behavior front_behavior(front_actor* self, store_front_config config,
     [self, side](messages::load_atom, std::string& path) {
       return pass(self, side, messages::load_atom::value, std::move(path));
     },
+    [self, side](messages::load_atom, payload& request) {
+      return pass(self, side, messages::load_atom::value, std::move(request));
+    },
     [self, side](messages::analyze_atom, payload& request) {
       return pass(self, side, messages::analyze_atom::value, std::move(request));
     },

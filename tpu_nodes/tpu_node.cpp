@@ -12,6 +12,7 @@
 #include "tpu_nodes/pool_atoms.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/store_policy.hpp"
+#include "tpu_nodes/task_files.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -20,6 +21,7 @@
 #include <capnp/message.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -45,7 +47,8 @@ struct pending_request {
   clock_point deadline;
   std::chrono::milliseconds limit{0};
   payload request;     // EvalRequest (chip filled in) or AnalyzeRequest
-  std::string path;    // load
+  std::string path;    // load: the directory the worker reads
+  std::string shipped_from;  // load of shipped files: the requester's path for `path`
   std::string chip;    // evaluate: the chip it is evaluated for
   std::string spec_name;
   std::string key;     // evaluate: its store key, once the JAX version is known
@@ -153,9 +156,51 @@ void finish(node_actor* self, uint64_t id) {
 void on_result(node_actor* self, uint64_t id, payload& result);
 void on_failure(node_actor* self, uint64_t id, caf::error& err);
 
+// The request's spec with its shipped files written here and sourcePath naming them, for the
+// worker; the store key was computed from the request as received. False with `why`.
+template <class Request>
+bool localize(node_actor* self, payload& bytes, std::string& why) {
+  auto* shipped = self->state.config.shipped;
+  if (!shipped)
+    return true;
+  try {
+    auto msg = messages::decoded_message::parse(bytes.bytes, why);
+    if (!msg)
+      return false;
+    auto request = msg->root<Request>();
+    auto spec = request.getSpec();
+    if (!spec.hasTaskFiles() || spec.getTaskFiles().size() == 0)
+      return true;
+    auto name = std::filesystem::path(spec.getSourcePath().cStr()).filename().string();
+    auto dir = shipped->materialize(spec.getTaskFiles(), name, why);
+    if (!dir) {
+      why = std::string(spec.getName().cStr()) + ": " + why;
+      return false;
+    }
+    capnp::MallocMessageBuilder copy;
+    copy.setRoot(request);
+    localize_spec(copy.getRoot<Request>().getSpec(), *dir);
+    bytes = messages::make_payload<Request>(copy);
+    return true;
+  } catch (const kj::Exception& e) {
+    why = std::string("malformed request: ") + e.getDescription().cStr();
+    return false;
+  }
+}
+
 void dispatch(node_actor* self, uint64_t id) {
   auto& p = self->state.pending.at(id);
   auto& pool = self->state.pool;
+  std::string why;
+  bool local = p.kind == request_kind::evaluate ? localize<schema::EvalRequest>(self, p.request, why)
+               : p.kind == request_kind::analyze ? localize<schema::AnalyzeRequest>(self, p.request, why)
+                                                 : true;
+  if (!local) {
+    if (!p.answered)
+      p.promise.deliver(make_error(error_code::bad_input, why));
+    finish(self, id);
+    return;
+  }
   auto budget = budget_ms(self, p);
   auto ok = [self, id](payload& result) { on_result(self, id, result); };
   auto fail = [self, id](caf::error& err) { on_failure(self, id, err); };
@@ -189,6 +234,26 @@ void record(node_actor* self, const pending_request& p, const payload& result) {
     ++self->state.store_errors;
 }
 
+// `text` with the shipped directory named as its requester names it.
+std::string requester_text(const pending_request& p, std::string text) {
+  for (auto at = text.find(p.path); at != std::string::npos; at = text.find(p.path, at))
+    text.replace(at, p.path.size(), p.shipped_from), at += p.shipped_from.size();
+  return text;
+}
+
+// A KernelSpec loaded from shipped files, with the requester's paths (it reads the
+// baseline from its own copy).
+payload requester_paths(const pending_request& p, const payload& result) {
+  std::string err;
+  auto msg = messages::open_payload<schema::KernelSpec>(result, err);
+  if (!msg)
+    return result;
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(msg->root<schema::KernelSpec>());
+  restore_spec_paths(copy.getRoot<schema::KernelSpec>(), p.path, p.shipped_from);
+  return messages::make_payload<schema::KernelSpec>(copy);
+}
+
 void on_result(node_actor* self, uint64_t id, payload& result) {
   auto& st = self->state;
   auto it = st.pending.find(id);
@@ -213,6 +278,8 @@ void on_result(node_actor* self, uint64_t id, payload& result) {
       return;
     }
   }
+  if (p.kind == request_kind::load && !p.shipped_from.empty())
+    result = requester_paths(p, result);
   if (!p.answered)
     p.promise.deliver(std::move(result));
   finish(self, id);
@@ -226,7 +293,13 @@ void on_failure(node_actor* self, uint64_t id, caf::error& err) {
   if (!it->second.answered) {
     if (messages::code_of(err) == error_code::worker_timeout)
       ++st.timeouts;
-    it->second.promise.deliver(std::move(err));
+    auto& p = it->second;
+    if (p.kind == request_kind::load && !p.shipped_from.empty()) {
+      auto text = messages::message_of(err);
+      if (text.find(p.path) != std::string::npos)
+        err = make_error(messages::code_of(err), requester_text(p, std::move(text)));
+    }
+    p.promise.deliver(std::move(err));
   }
   finish(self, id);
 }
@@ -411,17 +484,42 @@ void ask_version(node_actor* self) {
 }
 
 caf::response_promise pass_through(node_actor* self, request_kind kind, payload request,
-                                   std::string path) {
+                                   std::string path, std::string shipped_from = {}) {
   pending_request p;
   p.kind = kind;
   p.promise = self->make_response_promise();
   auto rp = p.promise;
   p.request = std::move(request);
   p.path = std::move(path);
+  p.shipped_from = std::move(shipped_from);
   uint64_t id = 0;
   if (admit(self, p, self->state.config.default_deadline, id))
     dispatch(self, id);
   return rp;
+}
+
+// A load with the task's files: written here (once per content), loaded from here.
+caf::response_promise load_shipped(node_actor* self, const payload& request) {
+  std::string why;
+  auto msg = messages::open_payload<schema::LoadRequest>(request, why);
+  if (!msg) {
+    auto rp = self->make_response_promise();
+    rp.deliver(make_error(error_code::malformed_message, "LoadRequest: " + why));
+    return rp;
+  }
+  auto load = msg->root<schema::LoadRequest>();
+  std::string path = load.getPath().cStr();
+  auto* shipped = self->state.config.shipped;
+  if (!shipped || load.getTaskFiles().size() == 0)
+    return pass_through(self, request_kind::load, {}, std::move(path));
+  auto dir = shipped->materialize(load.getTaskFiles(),
+                                  std::filesystem::path(path).filename().string(), why);
+  if (!dir) {
+    auto rp = self->make_response_promise();
+    rp.deliver(make_error(error_code::bad_input, path + ": " + why));
+    return rp;
+  }
+  return pass_through(self, request_kind::load, {}, *dir, std::move(path));
 }
 
 void on_deadline(node_actor* self, uint64_t id) {
@@ -502,6 +600,7 @@ caf::behavior tpu_node(node_actor* self, node_config config, messages::worker_po
     [self](messages::load_atom, std::string& path) {
       return pass_through(self, request_kind::load, {}, std::move(path));
     },
+    [self](messages::load_atom, payload& request) { return load_shipped(self, request); },
     [self](messages::analyze_atom, payload& request) {
       if (request.type_id != capnp::typeId<schema::AnalyzeRequest>()) {
         auto rp = self->make_response_promise();

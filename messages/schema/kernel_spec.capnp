@@ -58,6 +58,13 @@ struct Tolerance {
   rtol @2 :Float64;
 }
 
+# One file of a task directory, relative to the directory (also the files of a submission,
+# messages/schema/submission.capnp).
+struct TaskFile {
+  path @0 :Text;               # relative to the task (a file name, or a path in its directory)
+  data @1 :Data;
+}
+
 struct KernelSpec {
   schemaVersion @0 :UInt32;
   name @1 :Text;
@@ -74,4 +81,7 @@ struct KernelSpec {
   flops @12 :Float64;         # from get_flops() when the task defines it; 0 unknown
   degenerate @13 :Bool;       # the reference's output barely depends on its inputs
   dims @14 :List(NamedDim);   # native specs: the named dimensions
+  taskFiles @15 :List(TaskFile);  # a task directory's files, shipped with the work to nodes
+                              # that do not share the supervisor's disk (docs/cluster.md);
+                              # empty in one process: sourcePath is read where it is
 }

@@ -6,10 +6,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("maxkernel::schema");
 
-struct TaskFile {
-  path @0 :Text;               # relative to the task (a file name, or a path in its directory)
-  data @1 :Data;
-}
+using import "kernel_spec.capnp".TaskFile;
 
 struct Submission {
   command @0 :Text;            # optimize

@@ -4,6 +4,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("maxkernel::schema");
 using import "kernel_spec.capnp".KernelSpec;
+using import "kernel_spec.capnp".TaskFile;
 using import "kernel_structure.capnp".DataflowGraph;
 using import "eval.capnp".EvalRequest;
 using import "eval.capnp".EvalResult;
@@ -12,6 +13,8 @@ using import "eval.capnp".PhaseResult;
 struct LoadRequest {
   path @0 :Text;              # a JAXBench or MaxKernel task directory
   memoryLimitBytes @1 :UInt64;  # refuse tasks whose inputs exceed this; 0 = worker default
+  taskFiles @2 :List(TaskFile); # the directory's files, for a node that cannot read `path`:
+                              # it writes them into a directory of its own and loads that
 }
 
 struct AnalyzeRequest {

@@ -197,6 +197,9 @@ stand_in_node spawn_stand_in_node(caf::actor_system& sys, std::shared_ptr<node_b
       [](messages::load_atom, const std::string&) -> caf::result<payload> {
         return messages::make_error(messages::error_code::bad_input, "a stand-in loads nothing");
       },
+      [](messages::load_atom, const payload&) -> caf::result<payload> {
+        return messages::make_error(messages::error_code::bad_input, "a stand-in loads nothing");
+      },
       [](messages::analyze_atom, const payload&) -> caf::result<payload> {
         return messages::make_error(messages::error_code::bad_input, "a stand-in analyzes nothing");
       },

@@ -11,6 +11,7 @@
 #include "maxkernel/schema/eval.capnp.h"
 #include "maxkernel/schema/kernel_spec.capnp.h"
 #include "maxkernel/schema/node_info.capnp.h"
+#include "maxkernel/schema/worker.capnp.h"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
 #include "tests/support/deterministic_system.hpp"
@@ -160,6 +161,17 @@ caf::behavior standin_device(caf::stateful_actor<device_state>* self, device_set
       auto spec = msg.initRoot<schema::KernelSpec>();
       spec.setSchemaVersion(schema::SCHEMA_VERSION);
       spec.setName(self->state.setup.name + ":" + path);
+      return messages::make_payload<schema::KernelSpec>(msg);
+    },
+    [self](messages::load_atom, payload& request) {
+      // A load with the task's files: names the path and how many files came.
+      std::string err;
+      auto load = messages::open_payload<schema::LoadRequest>(request, err);
+      capnp::MallocMessageBuilder msg;
+      auto spec = msg.initRoot<schema::KernelSpec>();
+      spec.setSchemaVersion(schema::SCHEMA_VERSION);
+      spec.setName(self->state.setup.name + ":" + (load ? load->root<schema::LoadRequest>().getPath().cStr() : "?")
+                   + ":" + std::to_string(load ? load->root<schema::LoadRequest>().getTaskFiles().size() : 0));
       return messages::make_payload<schema::KernelSpec>(msg);
     },
     [self](messages::analyze_atom, payload&) {
@@ -694,6 +706,21 @@ TEST_F(Dispatcher, LoadAnalyzeAndInfoAreForwarded) {
     loaded = msg->root<schema::KernelSpec>().getName();
   }));
   EXPECT_EQ(loaded, "d1:/tasks/x");
+
+  // A load carrying the task's files (a supervisor's nodes on other hosts) goes the same way.
+  capnp::MallocMessageBuilder lm;
+  auto load = lm.initRoot<schema::LoadRequest>();
+  load.setPath("/tasks/y");
+  load.initTaskFiles(2);
+  env.self->send(d, messages::load_atom::value, messages::make_payload<schema::LoadRequest>(lm));
+  env.run_messages();
+  ASSERT_TRUE(env.receive_now([&](payload& p) {
+    std::string err;
+    auto msg = messages::open_payload<schema::KernelSpec>(p, err);
+    ASSERT_TRUE(msg) << err;
+    loaded = msg->root<schema::KernelSpec>().getName();
+  }));
+  EXPECT_EQ(loaded, "d1:/tasks/y:2");
 
   auto info_id = [&] {
     env.self->send(d, messages::info_atom::value);
