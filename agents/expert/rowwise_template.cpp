@@ -4,8 +4,10 @@
 // chain), generated from the jaxpr by block_program. Blocks are (block_rows, D) when the
 // chain reduces rows and some output spans them; (block_rows, block_d) with row statistics
 // carried across D blocks when every output is a row statistic; (block_rows, block_d) tiles
-// when nothing is reduced. Refused: matmuls, convolutions, loops, reductions over rows or over
-// part of D (grouped), gathers other than one element per row.
+// when nothing is reduced. A chain reducing one other axis (softmax over axis 0, over the
+// classes of [B, C, S]) runs in column mode (see match_columns). Refused: matmuls,
+// convolutions, loops, reductions over several axes or over part of D (grouped), gathers
+// other than one element per row.
 #include "agents/expert/block_program.hpp"
 #include "agents/expert/block_size.hpp"
 #include "agents/expert/kernel_template.hpp"
@@ -48,6 +50,125 @@ public:
   std::string covers() const override {
     return "row-wise fused kernels generated from the reference: elementwise chains and "
            "last-axis reductions (norms, softmax, log-softmax, cross-entropy with labels)";
+  }
+
+  // Column mode: the chain reduces one axis `a` that is not the last (softmax over axis 0 of
+  // [D, R], log-softmax over the classes of [B, C, S], a channel norm of NCHW). The space is
+  // (P, R, Q) = (dims before a, a, dims after a): a plain reshape, no transpose. A block holds
+  // all of R for bq columns of Q (lanes) and one P entry; the reduction runs down the
+  // sublanes, which is cheap on the VPU.
+  std::optional<template_match> match_columns(const graph_view& g, const workload_signature& sig,
+                                              int main_input) const {
+    value_ref mainv{value_ref::kind::input, main_input, ""};
+    auto shape = g.shape(mainv);
+    const int rank = static_cast<int>(shape.size());
+    std::set<int> axes;
+    for (unsigned i = 0; i < g.size(); ++i) {
+      auto p = g.primitive(static_cast<int>(i));
+      if (p != "reduce_sum" && p != "reduce_max" && p != "reduce_min" && p != "argmax" &&
+          p != "argmin")
+        continue;
+      if (g.shape(g.operand(static_cast<int>(i), 0)) != shape)
+        return std::nullopt;  // reductions of other shapes: not one column chain
+      for (auto& x : g.params(static_cast<int>(i)).value("axes", json::array()))
+        axes.insert(x.get<int>() < 0 ? x.get<int>() + rank : x.get<int>());
+    }
+    if (rank < 2 || axes.size() != 1 || *axes.begin() == rank - 1)
+      return std::nullopt;
+    const int a = *axes.begin();
+    const std::string& mname = sig.input(main_input);
+    std::vector<space_axis> space(3);
+    space[0].squeezed = true;
+    for (int d = 0; d < rank; ++d) {
+      auto& ax = space[static_cast<size_t>(d < a ? 0 : d == a ? 1 : 2)];
+      ax.factors.push_back(shape[static_cast<size_t>(d)]);
+      ax.factor_exprs.push_back(fmt::format("{}.shape[{}]", mname, d));
+    }
+    block_request req;
+    req.space = space;
+    req.name = "rows";
+    std::vector<int> seed_inputs;
+    for (unsigned k = 0; k < g.input_count(); ++k) {
+      value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
+      if (g.shape(v) != shape)
+        continue;
+      block_seed sd;
+      sd.value = v;
+      if (!map_dims_to_factors(shape, space, sd.dims))
+        return std::nullopt;
+      req.seeds.push_back(sd);
+      seed_inputs.push_back(static_cast<int>(k));
+    }
+    for (unsigned k = 0; k < g.output_count(); ++k)
+      req.outputs.push_back(g.output(k));
+    block_program prog;
+    std::string why;
+    if (!build_block_program(g, req, prog, why) || prog.reduced[0] || !prog.reduced[1] ||
+        prog.reduced[2])
+      return std::nullopt;
+    json seed_dtypes = json::array(), extras = json::array(), extra_dtypes = json::array();
+    std::string prep = fmt::format("    P, R, D = {}, {}, {}\n    seeds = [\n",
+                                   space[0].extent_expr(), space[1].extent_expr(),
+                                   space[2].extent_expr());
+    for (int k : seed_inputs) {
+      value_ref v{value_ref::kind::input, k, ""};
+      std::string dt = g.dtype(v) == "bool" ? "int32" : g.dtype(v);
+      seed_dtypes.push_back(dt);
+      prep += fmt::format("        jnp.reshape({}, (P, R, D)){},\n", sig.input(k),
+                          dt != g.dtype(v) ? ".astype(jnp.int32)" : "");
+    }
+    prep += "    ]\n    extras = [\n";
+    for (auto& op : prog.operands) {
+      const std::string& nm = sig.input(op.input);
+      if (op.scalar) {
+        extras.push_back(nullptr);
+        extra_dtypes.push_back(nullptr);
+        prep += fmt::format("        jnp.reshape(jnp.asarray({}), (1,)).astype(jnp.{}),\n", nm,
+                            is_float_dtype(op.dtype) ? "float32" : "int32");
+        continue;
+      }
+      std::string dt = op.dtype == "bool" ? "int32" : op.dtype;
+      extras.push_back({op.present[0], op.present[1], op.present[2]});
+      extra_dtypes.push_back(dt);
+      prep += fmt::format("        jnp.reshape({}, {}){},\n", nm, op.space_shape,
+                          op.dtype == "bool" ? ".astype(jnp.int32)" : "");
+    }
+    prep += "    ]";
+    json outputs = json::array();
+    std::string result;
+    for (size_t k = 0; k < prog.outputs.size(); ++k) {
+      auto& o = prog.outputs[k];
+      outputs.push_back({{o.present[0], o.present[1], o.present[2]}, o.dtype});
+      result += (k ? ", " : "") + fmt::format("outs[{}].reshape({})", k, o.ref_shape);
+    }
+    result = prog.outputs.size() == 1 ? "    return " + result : "    return (" + result + ")";
+    std::string prims;
+    for (auto& p : prog.primitives)
+      prims += (prims.empty() ? "" : " ") + p;
+    template_match tm;
+    tm.family = name();
+    tm.summary = fmt::format("columns: P={} R={} (axis {} reduced) D={} over {} input(s), {} "
+                             "extra operand(s): [{}] in col mode",
+                             space[0].extent(), space[1].extent(), a, space[2].extent(),
+                             seed_inputs.size(), prog.operands.size(), prims);
+    json config = {{"mode", "col"},
+                   {"align", {8, 128}},
+                   {"extras", extras},
+                   {"outputs", outputs},
+                   {"stream_accs", json::array()},
+                   {"transcendentals", prog.transcendentals},
+                   {"flops_per_element", static_cast<int>(prog.primitives.size())}};
+    tm.facts = {{"signature", signature_facts(sig)},
+                {"config", config},
+                {"program", prog.code},
+                {"prep", prep},
+                {"result", result},
+                {"sizes", {{"P", space[0].extent()}, {"R", space[1].extent()},
+                           {"D", space[2].extent()}}},
+                {"seed_dtypes", seed_dtypes},
+                {"extra_dtypes", extra_dtypes}};
+    tm.score = 1.0;
+    return tm;
   }
 
   std::optional<template_match> match(const graph_view& g,
@@ -111,10 +232,13 @@ public:
       req.outputs.push_back(g.output(k));
     block_program prog;
     std::string why;
-    if (!build_block_program(g, req, prog, why))
-      return std::nullopt;  // `why` says what the generator could not express
-    if (prog.reduced[0])
-      return std::nullopt;  // a reduction over rows: not a row-wise kernel
+    // `why` says what the generator could not express; a reduction over rows is not a
+    // row-wise kernel, unless it runs over one axis alone (column mode below)
+    if (!build_block_program(g, req, prog, why) || prog.reduced[0]) {
+      if (auto col = match_columns(g, sig, main_input))
+        return col;
+      return std::nullopt;
+    }
 
     int64_t ar = 8;
     auto need = [](int64_t& a, int64_t v) { a = std::max(a, v); };
@@ -207,6 +331,8 @@ public:
     auto get = [&](const char* k, int64_t d) {
       return params.contains(k) && params[k].is_number() ? params[k].get<int64_t>() : d;
     };
+    if (c["mode"] == "col")  // all of R (the reduced axis) per block
+      return {R, effective_block(D, 128, get("block_d", 2048))};
     return {effective_block(R, c["align"][0], get("block_rows", 256)),
             c["mode"] == "row" ? D : effective_block(D, 128, get("block_d", 2048))};
   }
@@ -221,11 +347,14 @@ public:
       const auto& pres = c["extras"][i];
       if (pres.is_null())
         continue;
-      io += tile_bytes(pres[0].get<bool>() ? b.br : 1, pres[1].get<bool>() ? b.bd : 1,
+      size_t r = pres.size() - 2;  // (rows, D) or, in col mode, (P, R, D): the last two
+      io += tile_bytes(pres[r].get<bool>() ? b.br : 1, pres[r + 1].get<bool>() ? b.bd : 1,
                        m.facts["extra_dtypes"][i]);
     }
-    for (const auto& o : c["outputs"])
-      io += tile_bytes(o[0][0].get<bool>() ? b.br : 1, o[0][1].get<bool>() ? b.bd : 1, o[1]);
+    for (const auto& o : c["outputs"]) {
+      size_t r = o[0].size() - 2;
+      io += tile_bytes(o[0][r].get<bool>() ? b.br : 1, o[0][r + 1].get<bool>() ? b.bd : 1, o[1]);
+    }
     int64_t stats = static_cast<int64_t>(c["stream_accs"].size()) * tile_bytes(b.br, 1, "float32");
     // f32 copies of the block and the chain's temporaries.
     int64_t temps = 2 * tile_bytes(b.br, b.bd, "float32");
@@ -240,11 +369,17 @@ public:
               {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
     if (mode != "row")
       p["block_d"] = 2048;
+    if (mode == "col")
+      p.erase("block_rows");
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes) * 3 / 4;
     int64_t ar = c["align"][0];
     for (int guard = 0; guard < 64 && vmem_bytes(m, p) > budget; ++guard) {
       auto b = effective(m, p);
-      if (b.br > std::max<int64_t>(ar, 64))
+      if (mode == "col" && b.bd > 128)
+        p["block_d"] = b.bd / 2;
+      else if (mode == "col")
+        break;
+      else if (b.br > std::max<int64_t>(ar, 64))
         p["block_rows"] = std::max(ar, b.br / 2);
       else if (mode != "row" && b.bd > 512)
         p["block_d"] = b.bd / 2;
@@ -267,12 +402,14 @@ public:
     const auto& c = m.facts["config"];
     std::string mode = c["mode"];
     std::vector<tunable> ts;
-    ts.push_back({"block_rows", tunable::kind::block, m.facts["sizes"]["R"], c["align"][0], 0, 0,
-                  false, {}, "rows per block"});
+    if (mode != "col")
+      ts.push_back({"block_rows", tunable::kind::block, m.facts["sizes"]["R"], c["align"][0], 0,
+                    0, false, {}, "rows per block"});
     if (mode != "row")
       ts.push_back({"block_d", tunable::kind::block, m.facts["sizes"]["D"], 128, 1, 0,
                     mode == "stream", {},
                     mode == "stream" ? "row elements per block (statistics carried across)"
+                    : mode == "col"  ? "columns (lanes) per block, each with all of the reduced axis"
                                      : "row elements per block"});
     ts.push_back({"dimension_semantics", tunable::kind::choice, 0, 1, -1, 0, false,
                   {"parallel", "arbitrary"},
@@ -285,7 +422,9 @@ public:
   bool render(const template_match& m, const json& params, std::string& source,
               std::string& error) const override {
     const auto& c = m.facts["config"];
-    std::vector<const char*> keys = {"block_rows"};
+    std::vector<const char*> keys;
+    if (c["mode"] != "col")
+      keys.push_back("block_rows");
     if (c["mode"] != "row")
       keys.push_back("block_d");
     for (const char* k : keys)

@@ -11,7 +11,8 @@ PARAMS = {{params}}
 # What the matcher found: the number of row inputs (seeds) in (rows, D) form, the extra
 # operands' presence along (rows, D) (None: a scalar in SMEM), the outputs' presence and
 # dtypes, the mode (tile: elementwise only; row: a block holds whole rows; stream: row
-# statistics accumulated across D blocks) and the alignment of (rows, D) blocks.
+# statistics accumulated across D blocks; col: the chain reduces the middle axis R of a
+# (P, R, D) view, see _colwise) and the alignment of (rows, D) blocks.
 CFG = {{config}}
 
 
@@ -114,7 +115,62 @@ def _rowwise(seeds, extras, R, D):
     )(*seeds, *extras)
 
 
+def _colwise(seeds, extras, P, R, D):
+    """Column mode: the reduction runs over R of a (P, R, D) view of the reference's arrays
+    (softmax over axis 0, over the classes of [B, C, S]). A block holds one P entry, all of R
+    (sublanes) and bd columns of D (lanes); the program reduces its axis 1."""
+    bd = _fit(D, int(PARAMS["block_d"]), CFG["align"][1])
+    nd = D // bd
+
+    def space_spec(pres):
+        return pl.BlockSpec((None, R if pres[1] else 1, bd if pres[2] else 1),
+                            lambda p, j: (p if pres[0] else 0, 0, j if pres[2] else 0))
+
+    in_specs = [space_spec((True, True, True)) for _ in seeds]
+    for pres in CFG["extras"]:
+        in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM) if pres is None
+                        else space_spec(pres))
+    out_specs, out_shape = [], []
+    for pres, dt in CFG["outputs"]:
+        out_specs.append(space_spec(pres))
+        out_shape.append(jax.ShapeDtypeStruct(
+            (P if pres[0] else 1, R if pres[1] else 1, D if pres[2] else 1), jnp.dtype(dt)))
+    nseed, nextra = len(seeds), len(extras)
+
+    def kernel(*refs):
+        seed_refs = refs[:nseed]
+        extra_refs = refs[nseed:nseed + nextra]
+        out_refs = refs[nseed + nextra:]
+        p, j = pl.program_id(0), pl.program_id(1)
+        extras_now = [r[0] if pres is None else r[...]
+                      for r, pres in zip(extra_refs, CFG["extras"])]
+        outs = rows([r[...] for r in seed_refs], extras_now, (p, 0, j * bd), (P, R, D))
+        for o, v in zip(out_refs, outs):
+            o[...] = jnp.broadcast_to(v, o.shape).astype(o.dtype)
+
+    par = PARAMS.get("dimension_semantics", "parallel")
+    in_bytes = sum(x.size * x.dtype.itemsize for x in list(seeds) + list(extras))
+    out_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in out_shape)
+    cost = pl.CostEstimate(flops=P * R * D * CFG["flops_per_element"],
+                           transcendentals=P * R * D * CFG["transcendentals"],
+                           bytes_accessed=int(in_bytes + out_bytes))
+    return pl.pallas_call(
+        kernel,
+        grid=(P, nd),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=(par, par),
+            vmem_limit_bytes=int(PARAMS["vmem_limit_bytes"])),
+        cost_estimate=cost,
+    )(*seeds, *extras)
+
+
 def workload({{args}}):
 {{prep}}
-    outs = _rowwise(seeds, extras, R, D)
+    if CFG["mode"] == "col":
+        outs = _colwise(seeds, extras, P, R, D)
+    else:
+        outs = _rowwise(seeds, extras, R, D)
 {{result}}
