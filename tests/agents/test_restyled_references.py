@@ -6,8 +6,8 @@ log-softmax / norms, reshapes around the computation, helper functions, dequanti
 int8 weights, softmax over a non-last axis; native specs and the JAXBench and MaxKernel
 task-directory formats). `maxkernel propose` must pick the family's template and return a
 correct first candidate (the tester's cases in interpret mode). Each run starts its own worker
-(no test shares one with the CLI); shapes are small: 35 runs, 3.7 min of CPU, 6.7 min wall at
-load 10 on 2 cores (docs/performance.md, "Restyled references")."""
+(no test shares one with the CLI); shapes are small: 41 runs, ~4.5 min of CPU (7.5 min wall at
+load 10 on 2 cores; docs/performance.md, "Restyled references")."""
 import json
 import pathlib
 
@@ -54,9 +54,17 @@ FAMILY = {
     "conv_nhwc_oihw_same_silu": "conv_gemm",
     "jaxbench_layernorm_torch": "rowwise",
     "maxkernel_gelu_mlp": "matmul",
+    "ellipsis_einsum_precision": "matmul",
+    "rmsnorm_linalg_norm": "rowwise",
+    "layernorm_standardize": "rowwise",
+    "conv_lax_conv_nchw": "conv_gemm",
+    "attention_padding_mask_softcap": "flash_attention",
+    "attention_decode_single_query": "flash_attention",
 }
-# ~20 s each under load (interpret mode of a gather over pages; a task dir of two configurations)
-SLOW = {"paged_decode_take_pages", "maxkernel_gelu_mlp"}
+# ~20 s each under load (interpret mode of gathers over pages or lengths; a task dir of two
+# configurations)
+SLOW = {"paged_decode_take_pages", "maxkernel_gelu_mlp", "attention_padding_mask_softcap",
+        "attention_decode_single_query"}
 # Known gaps, kept so a fix shows up (strict xfail): jnp.split of a fused [E, 2F] gate-up
 # projection is a two-result node, and block_program keys seeds by node, not by result.
 GAPS = {"swiglu_fused_gate_up_split": "swiglu_mlp"}
