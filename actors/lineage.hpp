@@ -259,6 +259,7 @@ private:
           }
           ++me->attempt_;
           me->tried_.push_back(rep.getFix().cStr());
+          me->tried_ids_.push_back(me->candidate().getId().cStr());
           std::string err2;
           me->candidate_ = messages::decode<schema::Candidate>(
             messages::encode_root(rep.getCandidate()), err2);
@@ -335,6 +336,9 @@ private:
     auto f = v.initAttemptFailures(static_cast<unsigned>(failures_.size()));
     for (unsigned i = 0; i < failures_.size(); ++i)
       f.set(i, failures_[i]);
+    auto ids = v.initTriedIds(static_cast<unsigned>(tried_ids_.size()));
+    for (unsigned i = 0; i < tried_ids_.size(); ++i)
+      ids.set(i, tried_ids_[i]);
     finished(messages::encode(msg), caf::error{});
   }
 
@@ -364,6 +368,7 @@ private:
   bool cases_skipped_ = false;  // the last candidate passed the node's test, cases not run
   unsigned attempt_ = 0, evaluations_ = 0, cache_hits_ = 0;
   std::vector<std::string> tried_, failures_;
+  std::vector<std::string> tried_ids_;  // candidates replaced by a repair, in order
   std::string verdict_, last_failure_;
 };
 

@@ -106,6 +106,9 @@ bool search_record::put_all(const std::vector<std::string>& all, std::string& er
 void search_record::weigh(size_t i) {
   auto v = vertex(i);
   first_of_id_.emplace(v.getCandidate().getId().cStr(), i);
+  // The kernels its repairs replaced: a planner's step that yields one again is not new.
+  for (auto id : v.getTriedIds())
+    tried_of_id_.emplace(id.cStr(), i);
   if (v.getState() != schema::VertexState::PENDING)
     ++evaluated_;
   if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0 ||
@@ -120,6 +123,7 @@ void search_record::weigh(size_t i) {
 
 void search_record::reindex() {
   first_of_id_.clear();
+  tried_of_id_.clear();
   best_ = -1;
   evaluated_ = 0;
   for (size_t i = 0; i < vertices_.size(); ++i)
@@ -140,6 +144,13 @@ schema::Vertex::Reader search_record::vertex(size_t i) const {
 int search_record::find_candidate(const std::string& id) const {
   auto it = first_of_id_.find(id);
   return it == first_of_id_.end() ? -1 : static_cast<int>(it->second);
+}
+
+int search_record::find_tried(const std::string& id) const {
+  if (int i = find_candidate(id); i >= 0)
+    return i;
+  auto it = tried_of_id_.find(id);
+  return it == tried_of_id_.end() ? -1 : static_cast<int>(it->second);
 }
 
 int search_record::best() const { return best_; }

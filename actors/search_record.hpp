@@ -47,6 +47,9 @@ public:
   schema::Vertex::Reader vertex(size_t i) const;
   // Index of the first vertex whose candidate has this id; -1 when none.
   int find_candidate(const std::string& id) const;
+  // Index of the first vertex that evaluated this candidate, as its result or as a kernel a
+  // repair replaced (Vertex.triedIds); -1 when none. A step that yields it is not new.
+  int find_tried(const std::string& id) const;
 
   // The fastest correct vertex (first on ties); -1 when none.
   int best() const;
@@ -81,6 +84,7 @@ private:
   void weigh(size_t i);
   std::vector<messages::decoded_message> vertices_;
   std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
+  std::unordered_map<std::string, size_t> tried_of_id_;  // replaced by a repair -> vertex
   int best_ = -1;
   unsigned evaluated_ = 0;
   std::vector<std::string> transcript_;

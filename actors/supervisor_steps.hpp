@@ -138,7 +138,7 @@ private:
           me->run_->ctx->usage(r.getUsage());
           auto c = r.getCandidate();
           std::string id = c.getId().cStr();
-          int in_graph = me->run_->record.find_candidate(id);
+          int in_graph = me->run_->record.find_tried(id);
           bool taken = false;
           for (const auto& t : *me->taken_)
             taken = taken || t == id;

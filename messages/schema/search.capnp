@@ -85,6 +85,9 @@ struct Vertex {
   casesSkipped @24 :Bool;      # correct on the node's test alone: its time was not faster than
                                # the best when its step started, so it could not become the
                                # result and the tester's cases were not run (verdict says so)
+  triedIds @25 :List(Text);    # the ids of the candidates its lineage evaluated before
+                               # `candidate` (the first, then each repair but the last): a
+                               # planner's step that yields one of them again is not new
 }
 
 struct FailureCount {

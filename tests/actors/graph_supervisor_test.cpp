@@ -262,3 +262,38 @@ TEST_F(GraphSupervisor, TestEveryCandidateRunsTheCasesForEachChild) {
                                           *node),
             0u);
 }
+
+// A child that failed and was repaired into another kernel is not proposed again: when its
+// parent is expanded in a later round, a planner's step that yields the failed kernel is the
+// same kernel as that vertex (Vertex.triedIds), not a new child. Seen on a real search: the
+// same failing growBlock child re-evaluated (from the store) in every round, spending budget.
+TEST_F(GraphSupervisor, AKernelARepairReplacedIsNotProposedAgain) {
+  search_settings s{.mode = "graph", .budget = 8, .beam = 1, .branching = 2, .max_repairs = 2};
+  auto plain = optimize(spawn(), s);
+  ASSERT_TRUE(plain.result) << messages::message_of(plain.error);
+  // Round 1's children fail from now on, with a runtime error: the expert debugger's repair
+  // goes back to the template's first parameters (the parent's kernel), so the planner's
+  // history does not show the moves it tried, the parent stays the best and is expanded
+  // again.
+  std::vector<std::string> children;
+  for (auto v : plain.r().getVertices())
+    if (v.getRound() == 1)
+      children.push_back(v.getCandidate().getSource().cStr());
+  ASSERT_EQ(children.size(), 2u);
+  *node = node_book{};
+  node->failing.insert(children.begin(), children.end());
+  node->failing_class = schema::ErrorClass::RUNTIME_ERROR;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  for (const auto& child : children)
+    EXPECT_EQ(std::count(node->sources.begin(), node->sources.end(), child), 1);
+  unsigned with_tried = 0;
+  for (auto v : o.r().getVertices()) {
+    if (v.getTriedIds().size() == 0)
+      continue;
+    ++with_tried;
+    EXPECT_EQ(v.getTriedIds().size(), v.getRepairs()) << v.getIndex();
+    EXPECT_NE(std::string(v.getTriedIds()[0].cStr()), std::string(v.getCandidate().getId().cStr()));
+  }
+  EXPECT_EQ(with_tried, 2u);
+}

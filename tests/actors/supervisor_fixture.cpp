@@ -65,9 +65,11 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
   }
   if (fails) {
     phases[1].setStatus(schema::Status::FAILED);
-    phases[1].setErrorClass(schema::ErrorClass::VMEM_OOM);
-    phases[1].setMessage("the kernel's blocks need 40.0 MiB of VMEM, more than the 32.0 MiB "
-                         "limit");
+    phases[1].setErrorClass(book.failing_class);
+    phases[1].setMessage(book.failing_class == schema::ErrorClass::VMEM_OOM
+                           ? "the kernel's blocks need 40.0 MiB of VMEM, more than the 32.0 "
+                             "MiB limit"
+                           : "INTERNAL: Mosaic failed to compile the kernel");
     return messages::make_payload<schema::EvalResult>(msg);
   }
   if (fails_case) {

@@ -57,7 +57,8 @@ enum class answer_order { at_once, forward, reversed };
 struct node_book {
   unsigned requests = 0;               // evaluation requests received
   std::vector<std::string> sources;    // the source of each, in arrival order
-  std::set<std::string> failing;       // kernels answered with a lowering failure (vmemOom)
+  std::set<std::string> failing;       // kernels answered with a lowering failure
+  schema::ErrorClass failing_class = schema::ErrorClass::VMEM_OOM;  // ... of this class
   bool fail_first = false;             // the first kernel it is asked about joins `failing`
   std::set<std::string> failing_cases; // kernels that pass the node's test but fail the
                                        // tester's cases (mismatch)
