@@ -5,6 +5,7 @@
 #include "maxkernel/schema/worker.capnp.h"
 #include "messages/atoms.hpp"
 #include "messages/error.hpp"
+#include "messages/eval_failure.hpp"
 #include "messages/payload_codec.hpp"
 #include "tpu_nodes/evaluation_pipeline.hpp"
 #include "tpu_nodes/pool_atoms.hpp"
@@ -92,15 +93,19 @@ void start(worker_actor* self) {
 
 // The result of one job, sent to the pool, and the worker's health after it: a crash or
 // timeout restarts the worker inside the client; if that restart failed, the worker is down
-// and starts again after a backoff.
+// and starts again after a backoff. `cause` says what restarted it when the job itself
+// succeeded (an evaluation reports a candidate that crashed or hung as its result).
 void finish(worker_actor* self, uint64_t job, unsigned restarts_before, payload result,
-            error_code code, std::string message) {
+            error_code code, std::string message, const std::string& cause = {}) {
   auto& st = self->state;
   std::string health_error;
   if (st.client->restarts() != restarts_before) {
+    const std::string& why = !message.empty() ? message
+                             : !cause.empty() ? cause
+                                              : std::string("it stopped answering during job ")
+                                                  + std::to_string(job);
     std::cerr << "worker " << st.settings.index << " restarted (restart "
-              << st.client->restarts() << ") after: "
-              << (message.empty() ? std::string("it died between requests") : message) << "\n";
+              << st.client->restarts() << ") after: " << why << "\n";
     auto pong = st.client->ping(ping_deadline);
     if (!pong.ok) {
       st.up = false;
@@ -187,8 +192,15 @@ caf::behavior pool_worker(worker_actor* self, pool_worker_settings settings,
           finish(self, job, restarts, payload{}, code_for(out.error_class), std::move(out.message));
           return;
         }
+        std::string cause;
+        if (self->state.client->restarts() != restarts) {
+          std::string ignored;
+          if (auto r = messages::decode<schema::EvalResult>(out.result, ignored))
+            cause = "the candidate's evaluation: "
+                    + messages::failure_message(r->root<schema::EvalResult>());
+        }
         finish(self, job, restarts, payload{capnp::typeId<schema::EvalResult>(), std::move(out.result)},
-               error_code::none, {});
+               error_code::none, {}, cause);
       });
     },
     [self](messages::load_atom, uint64_t job, const std::string& path, uint32_t budget_ms) {
