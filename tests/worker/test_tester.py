@@ -154,3 +154,21 @@ def test_reduced_sizes_from_the_candidates_blocks(tmp_path):
     (case,) = report["cases"]
     assert case["reduced"] and case["inputShapes"] == "(256,256) bfloat16, (256,256) bfloat16"
     assert any("reduced sizes M 512->256" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("text", [
+    # XLA's CPU runtime past the data segment limit, as interpret mode's callbacks wrap it
+    "INTERNAL: Error dispatching computation: Error dispatching computation: Out of memory "
+    "allocating 1207959552 bytes.",
+    "RESOURCE_EXHAUSTED: Out of memory allocating 2147483648 bytes.",
+])
+def test_an_allocation_past_the_memory_limit_is_a_resource_limit(text):
+    err = tester.classify_candidate_exception(RuntimeError(text), None, "runtimeError")
+    assert err.error_class == "resourceLimit"
+    assert "Out of memory allocating" in str(err)
+
+
+def test_other_runtime_errors_keep_the_default_class():
+    err = tester.classify_candidate_exception(RuntimeError("INTERNAL: Mosaic failed"), None,
+                                              "runtimeError")
+    assert err.error_class == "runtimeError"

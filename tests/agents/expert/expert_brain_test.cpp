@@ -238,6 +238,22 @@ TEST(ExpertDebugger, VmemOomRaisesTheLimitThenShrinks) {
     << r2.getFix().cStr();
 }
 
+TEST(ExpertDebugger, HostOutOfMemoryShrinksTheLargestBlock) {
+  debug_fixture d(schema::ErrorClass::RESOURCE_LIMIT,
+                  "JaxRuntimeError: INTERNAL: Error dispatching computation: Out of memory "
+                  "allocating 1207959552 bytes.");
+  capnp::MallocMessageBuilder out;
+  auto r = d.run(out);
+  ASSERT_TRUE(r.getRepaired()) << r.getReason().cStr();
+  EXPECT_NE(std::string(r.getFix().cStr()).find("shrink block_cols 512 -> 256"),
+            std::string::npos)
+    << r.getFix().cStr();
+  // Another resource limit (the CPU budget) is not a block-size problem.
+  debug_fixture cpu(schema::ErrorClass::RESOURCE_LIMIT, "spent its 30 CPU seconds");
+  capnp::MallocMessageBuilder out2;
+  EXPECT_FALSE(cpu.run(out2).getRepaired());
+}
+
 TEST(ExpertDebugger, BlockShapeErrorsRealignBlocks) {
   debug_fixture d(schema::ErrorClass::LOWER_BLOCK_SHAPE, "block shape (200, 300) not divisible",
                   {{"block_rows", 192}, {"block_cols", 512}, {"grid_order", "rows"}}, 1536);

@@ -568,6 +568,12 @@ _LIMIT_ERRNOS = (errno.EAGAIN, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EM
                  errno.ENFILE, errno.ENOMEM)
 
 
+def _out_of_memory(text: str) -> bool:
+    """XLA's CPU runtime reports an allocation past the data segment limit as an error of the
+    computation ("Out of memory allocating N bytes"), not as a MemoryError."""
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory allocating" in text
+
+
 def classify_candidate_exception(exc: BaseException, cand, default: str) -> WorkerError:
     """The failure class of an exception raised by candidate code."""
     if isinstance(exc, WorkerError):
@@ -577,7 +583,7 @@ def classify_candidate_exception(exc: BaseException, cand, default: str) -> Work
     denied = denial_message(exc)
     if denied or isinstance(exc, socket.gaierror):
         return WorkerError("sandboxViolation", prefix + (denied or _short(exc)))
-    if isinstance(exc, (MemoryError, CpuLimitExceeded)) or "RESOURCE_EXHAUSTED" in str(exc):
+    if isinstance(exc, (MemoryError, CpuLimitExceeded)) or _out_of_memory(str(exc)):
         return WorkerError("resourceLimit", prefix + _short(exc))
     if isinstance(exc, OSError) and exc.errno in _LIMIT_ERRNOS:
         return WorkerError("resourceLimit", prefix + _short(exc))
