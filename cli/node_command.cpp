@@ -21,6 +21,7 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 namespace maxkernel::cli {
@@ -86,8 +87,16 @@ joined join_once(node_session& session, const config::cluster_config& cfg, bool&
   }
   auto dispatcher = caf::actor_cast<messages::dispatcher_actor>(*remote);
   caf::scoped_actor self{sys};
-  for (auto& node : session.local_nodes())
-    self->send(dispatcher, messages::join_atom::value, caf::actor_cast<caf::actor>(node));
+  // Each device joins with its NodeInfo: its chip and backend decide which requests it gets.
+  for (auto& node : session.local_nodes()) {
+    std::optional<messages::payload> info;
+    self->request(node, std::chrono::seconds(10), messages::info_atom::value)
+      .receive([&](messages::payload& p) { info = std::move(p); }, [](caf::error&) {});
+    if (info)
+      self->send(dispatcher, messages::join_atom::value, caf::actor_cast<caf::actor>(node), *info);
+    else
+      self->send(dispatcher, messages::join_atom::value, caf::actor_cast<caf::actor>(node));
+  }
   std::cerr << fmt::format("node: joined {} with {} device(s)\n", cfg.join.to_string(),
                            session.local_nodes().size());
   announced = false;

@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <thread>
 
@@ -92,6 +93,7 @@ bool node_session::start_supervisor(std::string& error) {
   // busy between answers (scripts/bench-cluster: efficiency 0.91-0.95 with one credit, 0.98-1.0
   // with two, at a simulated 20 ms per evaluation).
   dc.credits_per_node = 2;
+  dc.log = [](const std::string& line) { std::cerr << "supervisor: " + line + "\n"; };
   impl_->dispatcher = cluster::spawn_dispatcher(*impl_->sys, {}, dc);
   tpu_nodes::store_front_config sc;
   sc.store = impl_->store.get();
@@ -284,10 +286,13 @@ std::string node_session::cluster_status() {
     unsigned alive = 0;
     for (auto n : s.getNodes()) {
       alive += n.getAlive() ? 1 : 0;
-      text += fmt::format("node {} {}: {}, {} in flight, {} done\n", n.getIndex(),
+      text += fmt::format("node {} {}: {}, {} in flight, {} done{}\n", n.getIndex(),
                           n.getNodeId().cStr(),
                           !n.getAlive() ? "lost" : n.getDraining() ? "alive draining" : "alive",
-                          n.getInFlight(), n.getCompleted());
+                          n.getInFlight(), n.getCompleted(),
+                          n.getChip().size() > 0
+                            ? fmt::format(", {} {}", n.getChip().cStr(), n.getBackend().cStr())
+                            : "");
     }
     text += fmt::format("{} of {} node(s) alive; {} queued, {} in flight, {} completed; {} "
                         "node loss(es), {} request(s) moved off lost nodes, {} straggler "

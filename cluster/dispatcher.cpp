@@ -2,6 +2,7 @@
 
 #include "maxkernel/schema/cluster.capnp.h"
 #include "maxkernel/schema/common.capnp.h"
+#include "maxkernel/schema/eval.capnp.h"
 #include "maxkernel/schema/node_info.capnp.h"
 #include "messages/error.hpp"
 #include "messages/payload_codec.hpp"
@@ -19,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,8 @@ struct attempt_ref {
 
 struct job {
   caf::response_promise promise;
-  payload request;           // an EvalRequest, never decoded here
+  payload request;           // an EvalRequest; only its chip is read here
+  std::string chip;          // the chip it asks for ("" : any)
   uint32_t deadline_ms = 0;  // 0: the node's default
   clock_point deadline{};    // when deadline_ms > 0, counted from our receipt
   std::vector<attempt> attempts;
@@ -66,6 +69,8 @@ struct node_slot {
   messages::tpu_node_actor handle;
   caf::actor_addr addr;
   std::string node_id;       // "" until it described itself
+  std::string chip;          // announced at join ("" : unknown, takes any request)
+  std::string backend;       // model | jax-tpu ("" : unknown)
   bool alive = true;
   bool draining = false;     // an operator's drain: no new work, ever
   bool refusing = false;     // answered overloaded: no new work until one of ours finishes
@@ -90,6 +95,7 @@ struct dispatcher_state {
   uint64_t orphaned = 0;
   uint64_t requeued = 0;
   std::vector<std::function<void()>> parked;  // load / analyze / info waiting for a node
+  std::set<std::string> unserved;  // chips whose requests wait for a node (logged once)
   std::optional<clock_point> straggler_timer;  // when the pending straggler check fires
   uint64_t straggler_generation = 0;
   static inline const char* name = "dispatcher";
@@ -126,13 +132,38 @@ bool any_alive(const dispatcher_state& st) {
   return std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& n) { return usable(n); });
 }
 
-// The live node with a free credit that holds the fewest evaluations, lowest index first.
+// Whether node `n` may evaluate for `chip`: a device measures only its own chip; the model
+// stands in for any; a node that did not say (joined without its NodeInfo) takes anything.
+bool serves(const node_slot& n, const std::string& chip) {
+  return chip.empty() || n.chip.empty() || n.backend == "model" || n.chip == chip;
+}
+
+// The chip an EvalRequest asks for: its options', else its spec's ("" : any, or unreadable;
+// the node answers a malformed request itself).
+std::string chip_of(const payload& request) {
+  std::string err;
+  auto msg = messages::decoded_message::parse(request.bytes, err);
+  if (!msg)
+    return {};
+  try {
+    auto r = msg->root<schema::EvalRequest>();
+    std::string chip = r.getOptions().getChip().cStr();
+    return chip.empty() ? std::string(r.getSpec().getChip().cStr()) : chip;
+  } catch (const kj::Exception&) {
+    return {};
+  }
+}
+
+// The live node with a free credit that serves `chip` and holds the fewest evaluations,
+// lowest index first.
 std::optional<std::size_t> pick_node(const dispatcher_state& st,
-                                     std::optional<std::size_t> exclude = {}) {
+                                     std::optional<std::size_t> exclude = {},
+                                     const std::string& chip = {}) {
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < st.nodes.size(); ++i) {
     auto& n = st.nodes[i];
-    if (!usable(n) || n.refusing || n.in_flight >= st.config.credits_per_node || exclude == i)
+    if (!usable(n) || n.refusing || n.in_flight >= st.config.credits_per_node || exclude == i
+        || !serves(n, chip))
       continue;
     if (!best || n.in_flight < st.nodes[*best].in_flight)
       best = i;
@@ -399,7 +430,7 @@ void copy_stragglers(dispatcher* self) {
       if (j.copied || j.attempts.size() != 1 || expired(self, j))
         continue;
       auto& a = j.attempts.front();
-      if (!pick_node(st, a.node))
+      if (!pick_node(st, a.node, j.chip))
         continue;
       if (now - a.started >= threshold) {
         if (chosen == 0 || a.started < oldest) {
@@ -413,7 +444,7 @@ void copy_stragglers(dispatcher* self) {
     if (chosen == 0)
       break;
     auto& j = st.jobs.at(chosen);
-    auto target = *pick_node(st, j.attempts.front().node);
+    auto target = *pick_node(st, j.attempts.front().node, j.chip);
     j.copied = true;
     ++st.redispatched;
     send_attempt(self, chosen, target);
@@ -424,6 +455,37 @@ void copy_stragglers(dispatcher* self) {
     self->delayed_send(self, next_check - now, straggler_atom::value,
                        ++st.straggler_generation);
   }
+}
+
+void log(dispatcher* self, const std::string& line) {
+  if (self->state.config.log)
+    self->state.config.log(line);
+}
+
+// Queued job `id` has no free node for its chip. When no usable node serves that chip at all,
+// it waits for one to join (said once per chip); a dispatcher that does not wait for nodes
+// answers it worker_unavailable. True when the job was answered (and is gone).
+bool unserved(dispatcher* self, uint64_t id) {
+  auto& st = self->state;
+  auto& j = st.jobs.at(id);
+  for (auto& n : st.nodes)
+    if (usable(n) && serves(n, j.chip))
+      return false;  // busy for now
+  std::string joined;
+  for (auto& n : st.nodes)
+    if (usable(n))
+      joined += (joined.empty() ? "" : ", ") + (n.chip.empty() ? "?" : n.chip) + " "
+                + (n.backend.empty() ? "?" : n.backend);
+  auto why = "no node serves chip " + j.chip + " (nodes: " + joined
+             + "; a jax-tpu node measures only its own chip, a model node stands in for any)";
+  if (!st.config.wait_for_nodes) {
+    j.promise.deliver(make_error(error_code::worker_unavailable, why));
+    st.jobs.erase(id);
+    return true;
+  }
+  if (st.unserved.insert(j.chip).second)
+    log(self, "requests for chip " + j.chip + " wait: " + why);
+  return false;
 }
 
 void dispatch(dispatcher* self) {
@@ -438,18 +500,26 @@ void dispatch(dispatcher* self) {
     st.queue.clear();
     return;
   }
-  while (!st.queue.empty()) {
-    auto node = pick_node(st);
-    if (!node)
-      return;
-    auto id = st.queue.front();
-    st.queue.pop_front();
+  // FIFO among the requests a free node serves: one for a chip no free node serves keeps
+  // its place and does not hold back those behind it.
+  for (auto it = st.queue.begin(); it != st.queue.end() && pick_node(st);) {
+    auto id = *it;
     auto& j = st.jobs.at(id);
     if (expired(self, j)) {
       answer_expired(j);
       st.jobs.erase(id);
+      it = st.queue.erase(it);
       continue;
     }
+    auto node = pick_node(st, {}, j.chip);
+    if (!node) {
+      if (!unserved(self, id))
+        ++it;
+      else
+        it = st.queue.erase(it);
+      continue;
+    }
+    it = st.queue.erase(it);
     send_attempt(self, id, *node);
   }
   copy_stragglers(self);
@@ -465,6 +535,7 @@ caf::response_promise evaluate(dispatcher* self, payload& request, uint32_t dead
   auto id = st.next_job++;
   job j;
   j.promise = rp;
+  j.chip = chip_of(request);
   j.request = std::move(request);
   j.deadline_ms = deadline_ms;
   if (deadline_ms > 0) {
@@ -548,14 +619,41 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
       });
 }
 
-void add_node(dispatcher* self, messages::tpu_node_actor handle) {
+// What a node announced at its join (NodeInfo): its chip and backend, its id.
+struct announced {
+  std::string node_id, chip, backend;
+};
+
+announced announced_of(const payload& info) {
+  announced a;
+  std::string err;
+  auto msg = messages::open_payload<schema::NodeInfo>(info, err);
+  if (!msg)
+    return a;
+  auto r = msg->root<schema::NodeInfo>();
+  a.node_id = r.getNodeId().cStr();
+  a.chip = r.getChip().cStr();
+  a.backend = r.getBackend().cStr();
+  return a;
+}
+
+void add_node(dispatcher* self, messages::tpu_node_actor handle, const announced& said = {}) {
   auto& st = self->state;
   if (!handle)
     return;
   auto addr = handle.address();
+  if (!said.chip.empty()) {
+    // Requests for chips it serves no longer wait for a node (a later wait is told again).
+    for (auto it = st.unserved.begin(); it != st.unserved.end();)
+      it = (said.backend == "model" || *it == said.chip) ? st.unserved.erase(it) : std::next(it);
+  }
   for (std::size_t i = 0; i < st.nodes.size(); ++i) {
     auto& n = st.nodes[i];
     if (n.addr == addr) {
+      if (!said.chip.empty()) {
+        n.chip = said.chip;
+        n.backend = said.backend;
+      }
       if (n.addr.get() != addr.get()) {
         // It joins again through a new proxy: its connection dropped (and was made again),
         // which killed the old proxy and what was sent to it. Its work moves on, if the old
@@ -577,6 +675,9 @@ void add_node(dispatcher* self, messages::tpu_node_actor handle) {
   node_slot n;
   n.handle = handle;
   n.addr = addr;
+  n.node_id = said.node_id;
+  n.chip = said.chip;
+  n.backend = said.backend;
   st.nodes.push_back(std::move(n));
   self->monitor(handle);
   auto i = st.nodes.size() - 1;
@@ -588,6 +689,15 @@ void add_node(dispatcher* self, messages::tpu_node_actor handle) {
           self->state.nodes[i].node_id = std::move(id);
       },
       [](caf::error&) {});
+}
+
+// A node joined: what waited for one goes on.
+void resume_parked(dispatcher* self) {
+  auto parked = std::move(self->state.parked);
+  self->state.parked.clear();
+  for (auto& resume : parked)
+    resume();
+  dispatch(self);
 }
 
 payload status(dispatcher* self) {
@@ -606,6 +716,8 @@ payload status(dispatcher* self) {
     out.setCompleted(n.completed);
     out.setAlive(n.alive);
     out.setDraining(n.draining);
+    out.setChip(n.chip);
+    out.setBackend(n.backend);
   }
   s.setQueued(static_cast<uint32_t>(st.queue.size()));
   s.setInFlight(static_cast<uint32_t>(std::count_if(
@@ -668,11 +780,11 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
     [self](messages::status_atom) { return status(self); },
     [self](messages::join_atom, caf::actor& node) {
       add_node(self, caf::actor_cast<messages::tpu_node_actor>(node));
-      auto parked = std::move(self->state.parked);
-      self->state.parked.clear();
-      for (auto& resume : parked)
-        resume();
-      dispatch(self);
+      resume_parked(self);
+    },
+    [self](messages::join_atom, caf::actor& node, payload& info) {
+      add_node(self, caf::actor_cast<messages::tpu_node_actor>(node), announced_of(info));
+      resume_parked(self);
     },
     [self](messages::drain_atom, uint32_t index) {
       auto& st = self->state;

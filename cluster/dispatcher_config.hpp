@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <string>
 
 namespace maxkernel::cluster {
 
@@ -33,6 +35,9 @@ struct dispatcher_config {
   // with no node alive it keeps requests (each until its deadline) for the next node that
   // joins, instead of answering worker_unavailable.
   bool wait_for_nodes = false;
+  // Where the dispatcher says what an operator should know (requests waiting for a node of
+  // their chip); called on the dispatcher's thread. Empty: not said.
+  std::function<void(const std::string&)> log;
 };
 
 }  // namespace maxkernel::cluster

@@ -17,8 +17,12 @@ namespace maxkernel::messages {
 using dispatcher_actor = tpu_node_actor::extend<
   // -> DispatcherStatus (messages/schema/cluster.capnp)
   caf::replies_to<status_atom>::with<payload>,
-  // a node (a tpu_node_actor handle) joins; it gets work from the next dispatch on
+  // a node (a tpu_node_actor handle) joins; it gets work from the next dispatch on; it
+  // takes requests for any chip
   caf::reacts_to<join_atom, caf::actor>,
+  // the same with its NodeInfo (node_info.capnp): its chip and backend decide which
+  // requests it gets (a jax-tpu node those for its chip, a model node any)
+  caf::reacts_to<join_atom, caf::actor, payload>,
   // drain node INDEX (as in the status): it finishes what it holds and gets no more work;
   // false when there is no such node
   caf::replies_to<drain_atom, uint32_t>::with<bool>>;

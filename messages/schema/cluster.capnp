@@ -12,6 +12,8 @@ struct NodeLoad {
   completed @4 :UInt64;
   alive @5 :Bool;              # false once it went down (its work went elsewhere)
   draining @6 :Bool;           # finishes what it holds, gets no more work
+  chip @7 :Text;               # as announced at its join ("" : not said; it takes any chip)
+  backend @8 :Text;            # model | jax-tpu ("" : not said)
 }
 
 struct DispatcherStatus {

@@ -7,6 +7,7 @@ finish with a correct kernel. Skipped where mount namespaces cannot be made (not
 container that forbids them)."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -89,5 +90,8 @@ def test_a_task_directory_reaches_a_node_that_cannot_see_the_supervisors_disk(cl
     written = [p for p in node_tmp.glob("maxkernel-tasks-*/*/" + TASK.name)]
     assert len(written) == 1, list(node_tmp.rglob("*"))
     assert (written[0] / "baseline.py").read_bytes() == (TASK / "baseline.py").read_bytes()
+    # The node announced its chip and backend when it joined (chip-aware dispatch).
+    assert re.search(r"node 0 \S+: alive, \d+ in flight, \d+ done, v6e model", cluster.status())
+
     # What comes back names no path of the node's.
     assert "maxkernel-tasks-" not in (out / "kernel.py").read_text()

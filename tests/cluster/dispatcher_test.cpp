@@ -191,11 +191,13 @@ caf::behavior standin_device(caf::stateful_actor<device_state>* self, device_set
   };
 }
 
-payload eval_request(const std::string& candidate) {
+payload eval_request(const std::string& candidate, const std::string& chip = "") {
   capnp::MallocMessageBuilder msg;
   auto req = msg.initRoot<schema::EvalRequest>();
   req.setSchemaVersion(schema::SCHEMA_VERSION);
-  req.initSpec().setName("spec");
+  auto spec = req.initSpec();
+  spec.setName("spec");
+  spec.setChip(chip);
   auto c = req.initCandidate();
   c.setId(candidate);
   c.setSource("def workload(x):\n    return x  # " + candidate + "\n");
@@ -750,4 +752,114 @@ TEST_F(Dispatcher, LoadAnalyzeAndInfoAreForwarded) {
     analyzed = msg->root<schema::KernelSpec>().getName();
   }));
   EXPECT_EQ(analyzed, "d1");
+}
+
+// ---------------------------------------------------------------- chip-aware dispatch
+
+namespace {
+
+// The NodeInfo a node process sends with its join.
+payload announced(const std::string& id, const std::string& chip, const std::string& backend) {
+  capnp::MallocMessageBuilder msg;
+  auto info = msg.initRoot<schema::NodeInfo>();
+  info.setSchemaVersion(schema::SCHEMA_VERSION);
+  info.setNodeId(id);
+  info.setChip(chip);
+  info.setBackend(backend);
+  return messages::make_payload<schema::NodeInfo>(msg);
+}
+
+class ChipDispatch : public Dispatcher {
+protected:
+  messages::dispatcher_actor waiting_dispatcher() {
+    auto cfg = config();
+    cfg.wait_for_nodes = true;
+    cfg.log = [lines = said](const std::string& line) { lines->push_back(line); };
+    return dispatcher({}, cfg);
+  }
+
+  void join(const messages::dispatcher_actor& d, const messages::tpu_node_actor& node,
+            const std::string& id, const std::string& chip, const std::string& backend) {
+    env.self->send(d, messages::join_atom::value, caf::actor_cast<caf::actor>(node),
+                   announced(id, chip, backend));
+    env.run_messages();
+  }
+
+  void evaluate_for(const messages::dispatcher_actor& d, const std::string& candidate,
+                    const std::string& chip) {
+    env.self->send(d, messages::evaluate_atom::value, eval_request(candidate, chip));
+  }
+
+  std::shared_ptr<std::vector<std::string>> said = std::make_shared<std::vector<std::string>>();
+};
+
+}  // namespace
+
+TEST_F(ChipDispatch, ADeviceGetsOnlyRequestsForItsChip) {
+  auto d = waiting_dispatcher();
+  join(d, device(device_setup("v6e-0")), "h:1:0", "v6e", "jax-tpu");
+  join(d, device(device_setup("v5e-0")), "h:2:0", "v5e", "jax-tpu");
+  evaluate_for(d, "a1", "v5e");
+  evaluate_for(d, "a2", "v5e");  // waits for the v5e device, not for the idle v6e one
+  evaluate_for(d, "b1", "v6e");  // behind a2 in the queue, yet not held back by it
+  env.run_messages();
+  EXPECT_EQ(book->candidates_at("v5e-0"), strings({"a1"}));
+  EXPECT_EQ(book->candidates_at("v6e-0"), strings({"b1"}));
+  EXPECT_EQ(status(d).root().getQueued(), 1u);
+  elapse(1s);
+  EXPECT_EQ(book->candidates_at("v5e-0"), strings({"a1", "a2"}));
+  EXPECT_EQ(book->candidates_at("v6e-0"), strings({"b1"}));
+  elapse(1s);
+  EXPECT_EQ(replies().size(), 3u);
+  auto s = status(d);
+  EXPECT_EQ(std::string(s.node(1).getChip().cStr()), "v5e");
+  EXPECT_EQ(std::string(s.node(1).getBackend().cStr()), "jax-tpu");
+  EXPECT_TRUE(said->empty());  // nothing waited for want of a node
+}
+
+TEST_F(ChipDispatch, ARequestNoNodeServesWaitsSaysWhyAndAModelNodeTakesIt) {
+  auto d = waiting_dispatcher();
+  join(d, device(device_setup("v6e-0")), "h:1:0", "v6e", "jax-tpu");
+  evaluate_for(d, "x1", "v7x");
+  evaluate_for(d, "x2", "v7x");
+  evaluate_for(d, "any", "");  // no chip named: any node
+  env.run_messages();
+  EXPECT_EQ(book->candidates_at("v6e-0"), strings({"any"}));
+  elapse(1s);
+  EXPECT_EQ(book->candidates_at("v6e-0"), strings({"any"}));  // idle, and still not given x1
+  EXPECT_EQ(replies().size(), 1u);  // only "any" was answered
+  EXPECT_EQ(status(d).root().getQueued(), 2u);
+  ASSERT_EQ(said->size(), 1u);  // said once for the chip, not per request or per dispatch
+  EXPECT_NE((*said)[0].find("chip v7x"), std::string::npos) << (*said)[0];
+  EXPECT_NE((*said)[0].find("v6e jax-tpu"), std::string::npos) << (*said)[0];
+
+  // A model node stands in for any chip.
+  join(d, device(device_setup("model-0")), "h:3:0", "v6e", "model");
+  EXPECT_EQ(book->candidates_at("model-0"), strings({"x1"}));
+  elapse(1s);
+  EXPECT_EQ(book->candidates_at("model-0"), strings({"x1", "x2"}));
+  EXPECT_EQ(book->candidates_at("v6e-0"), strings({"any"}));
+}
+
+TEST_F(ChipDispatch, ANodeThatJoinedWithoutItsInfoTakesAnyChip) {
+  auto d = waiting_dispatcher();
+  env.self->send(d, messages::join_atom::value, caf::actor_cast<caf::actor>(device(device_setup("old-0"))));
+  env.run_messages();
+  evaluate_for(d, "y1", "v5p");
+  env.run_messages();
+  EXPECT_EQ(book->candidates_at("old-0"), strings({"y1"}));
+  EXPECT_TRUE(said->empty());
+}
+
+TEST_F(ChipDispatch, WithoutWaitingForNodesAnUnservedChipIsUnavailableAtOnce) {
+  auto d = dispatcher({});  // one process: answers instead of waiting
+  join(d, device(device_setup("v6e-0")), "h:1:0", "v6e", "jax-tpu");
+  evaluate_for(d, "z1", "v5e");
+  env.run_messages();
+  auto rs = replies();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(messages::code_of(rs[0].error), error_code::worker_unavailable);
+  EXPECT_NE(messages::message_of(rs[0].error).find("chip v5e"), std::string::npos)
+    << messages::message_of(rs[0].error);
+  EXPECT_TRUE(book->received.empty());
 }
