@@ -49,6 +49,7 @@ error_code code_for(schema::ErrorClass cls) {
     case schema::ErrorClass::TOO_LARGE: return error_code::too_large;
     case schema::ErrorClass::TIMEOUT: return error_code::worker_timeout;
     case schema::ErrorClass::CRASH: return error_code::worker_crashed;
+    case schema::ErrorClass::RESOURCE_LIMIT: return error_code::too_large;  // the task's size
     default: return error_code::internal;
   }
 }

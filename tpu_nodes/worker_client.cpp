@@ -112,6 +112,11 @@ worker_result worker_client::call(const std::string& request, uint64_t id,
     case exchange_outcome::wrong_id:
       return fail_and_restart(schema::ErrorClass::INTERNAL, "the worker answered another request");
     case exchange_outcome::died:
+      // Out of host memory is the candidate's (or the task's) size, not a crash of its code.
+      if (process_->oom_killed())
+        return fail_and_restart(schema::ErrorClass::RESOURCE_LIMIT,
+                                "out of memory: the worker was killed (" + ex.detail
+                                  + ") while serving the request");
       return fail_and_restart(schema::ErrorClass::CRASH,
                               "the worker died (" + ex.detail + ") while serving the request");
     case exchange_outcome::timeout:
@@ -217,8 +222,10 @@ worker_result worker_client::evaluate(eval_kind kind, schema::EvalRequest::Reade
   }
   auto raw = call(messages::encode(msg), id, deadline);
   if (!raw.ok && (raw.error_class == schema::ErrorClass::TIMEOUT
-                  || raw.error_class == schema::ErrorClass::CRASH)) {
-    // The candidate hung or killed its process: that is a result, not an error.
+                  || raw.error_class == schema::ErrorClass::CRASH
+                  || raw.error_class == schema::ErrorClass::RESOURCE_LIMIT)) {
+    // The candidate hung, killed its process or ran it out of memory: that is a result,
+    // not an error.
     capnp::MallocMessageBuilder result_msg;
     auto result = result_msg.initRoot<schema::EvalResult>();
     result.setSchemaVersion(schema::SCHEMA_VERSION);

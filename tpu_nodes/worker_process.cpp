@@ -1,5 +1,7 @@
 #include "tpu_nodes/worker_process.hpp"
 
+#include "tpu_nodes/oom_kill_log.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -166,6 +168,7 @@ bool worker_process::start(std::string& error) {
     ::close(devnull);
   pid_ = pid;
   exit_description_.clear();
+  oom_killed_ = false;
   return true;
 }
 
@@ -196,6 +199,9 @@ bool worker_process::alive() {
     else if (WIFSIGNALED(status))
       exit_description_ = std::string("signal ") + std::to_string(WTERMSIG(status)) + " ("
                           + strsignal(WTERMSIG(status)) + ")";
+    oom_killed_ = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && killed_by_oom_killer(pid_);
+    if (oom_killed_)
+      exit_description_ += ", sent by the kernel's out-of-memory killer";
     ::kill(-pid_, SIGKILL);  // anything the worker left behind in its group
     remove_worker_cgroup(pid_);
     pid_ = -1;

@@ -30,6 +30,8 @@ public:
   std::string log_tail(size_t max_bytes = 2000) const;
   // How the process ended ("exit code 3", "signal 11"); empty while running.
   const std::string& exit_description() const { return exit_description_; }
+  // The kernel's out-of-memory killer ended it (not this node, not an operator).
+  bool oom_killed() const { return oom_killed_; }
 
 private:
   worker_options opts_;
@@ -37,6 +39,7 @@ private:
   std::string workdir_;
   std::string endpoint_;
   std::string exit_description_;
+  bool oom_killed_ = false;
 };
 
 }  // namespace maxkernel::tpu_nodes

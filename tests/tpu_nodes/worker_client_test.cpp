@@ -2,11 +2,16 @@
 // classified failures, and a worker that survives hanging and crashing candidates.
 #include "maxkernel/schema/eval.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "tpu_nodes/oom_kill_log.hpp"
 #include "tpu_nodes/worker_client.hpp"
 
 #include <capnp/message.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 using namespace maxkernel;
@@ -181,4 +186,50 @@ TEST_F(WorkerClient, CrashingCandidateIsClassifiedAndWorkerServesNext) {
   ASSERT_TRUE(again.ok) << again.message;
   auto amsg = messages::decode<schema::EvalResult>(again.bytes, err);
   EXPECT_EQ(last_phase(*amsg).getStatus(), schema::Status::OK);
+}
+
+TEST(OomKillLog, ReadsTheKernelsRecordOfTheProcess) {
+  const char* cgroup = "3,480,47169851219,-;Memory cgroup out of memory: Killed process 23313 "
+                       "(python3) total-vm:528568kB, anon-rss:211200kB";
+  const char* host = "3,12,5,-;Out of memory: Killed process 23313 (python) total-vm:1kB";
+  EXPECT_TRUE(tpu_nodes::oom_kill_recorded(cgroup, 23313));
+  EXPECT_TRUE(tpu_nodes::oom_kill_recorded(host, 23313));
+  EXPECT_FALSE(tpu_nodes::oom_kill_recorded(cgroup, 2331));   // another pid's record
+  EXPECT_FALSE(tpu_nodes::oom_kill_recorded(cgroup, 233130));
+  EXPECT_FALSE(tpu_nodes::oom_kill_recorded("6,1,2,-;Killed process 23313 (x) by hand", 23313));
+  EXPECT_FALSE(tpu_nodes::oom_kill_recorded("", 23313));
+}
+
+// A candidate that runs the worker out of memory (here its memory cgroup's limit, on a host
+// the machine's) is killed by the kernel's OOM killer with SIGKILL: reported as a resource
+// limit, not a crash, and the worker is restarted. Needs root (a memory cgroup, /dev/kmsg).
+TEST_F(WorkerClient, AWorkerTheOomKillerEndsIsAResourceLimit) {
+  namespace fs = std::filesystem;
+  fs::path group = fs::path("/sys/fs/cgroup/memory") / ("maxkernel-oom-test-" + std::to_string(::getpid()));
+  int kmsg = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+  std::error_code ec;
+  if (kmsg < 0 || !fs::create_directory(group, ec)) {
+    if (kmsg >= 0)
+      ::close(kmsg);
+    GTEST_SKIP() << "needs a writable v1 memory cgroup and a readable /dev/kmsg";
+  }
+  ::close(kmsg);
+  auto pid = client->description().pid;
+  {
+    std::ofstream(group / "memory.limit_in_bytes") << (768ull << 20);
+    std::ofstream(group / "cgroup.procs") << pid;
+  }
+  auto restarts = client->restarts();
+  // 2 GiB touched at import: past the cgroup's 768 MiB, within the worker's data limit.
+  auto hog = evaluate(eval_kind::lower, "hoard = bytearray(2 << 30)\ndef workload(x, y):\n  return x\n");
+  fs::remove(group, ec);
+  ASSERT_TRUE(hog.ok) << hog.message;
+  std::string err;
+  auto msg = messages::decode<schema::EvalResult>(hog.bytes, err);
+  ASSERT_TRUE(msg) << err;
+  std::string text = last_phase(*msg).getMessage().cStr();
+  EXPECT_EQ(last_phase(*msg).getErrorClass(), schema::ErrorClass::RESOURCE_LIMIT) << text;
+  EXPECT_NE(text.find("out-of-memory killer"), std::string::npos) << text;
+  EXPECT_EQ(client->restarts(), restarts + 1);
+  EXPECT_TRUE(client->ping(60s).ok);
 }
