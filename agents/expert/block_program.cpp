@@ -239,6 +239,8 @@ private:
   std::vector<int> kaxis_;                  // space axis -> kernel dim (-1 squeezed)
   int kdims_ = 0;
   std::map<int, val> nodes_;                // node id -> value
+  // Seeds that are one result of a multi-result node (a half of jnp.split): (id, result).
+  std::map<std::pair<int, int>, val> results_;
   std::map<int, val> inputs_;               // graph input -> value (seeds and extras)
   std::map<int, int> seed_of_input_;        // graph input -> seed index
   std::map<int, int> seed_of_node_;
@@ -691,6 +693,10 @@ bool builder::resolve(val& v, const std::vector<dim_map>& dims, const std::strin
 
 bool builder::operand_val(int node, unsigned k, val& v, bool allow_unknown_input) {
   auto ref = g_.operand(node, k);
+  if (ref.is_node() && ref.result >= 0 && results_.count({ref.id, ref.result})) {
+    v = results_.at({ref.id, ref.result});
+    return true;
+  }
   if (ref.is_node()) {
     auto it = nodes_.find(ref.id);
     if (it == nodes_.end())
@@ -2048,6 +2054,7 @@ bool builder::run(std::string& reason) {
     refine_ = refinement{};
     gathered_axis_ = found;
     nodes_.clear();
+    results_.clear();
     inputs_.clear();
     stmts_.clear();
     var_counter_ = 0;
@@ -2072,7 +2079,10 @@ bool builder::run(std::string& reason) {
       ok = check_value(v, "seed " + std::to_string(i));
       v.mat = v.present;
       v.var = "s" + std::to_string(i);
-      if (s.value.is_node())
+      if (s.value.is_node() && s.value.result >= 0 &&
+          g_.node(s.value.id).getResults().size() > 1)
+        results_[{s.value.id, s.value.result}] = v;
+      else if (s.value.is_node())
         nodes_[s.value.id] = v;
       else
         inputs_[s.value.id] = v;

@@ -94,7 +94,8 @@ struct dim_map {
 };
 
 struct block_seed {
-  value_ref value;                  // a node result or a graph input
+  value_ref value;                  // a node result or a graph input; value.result >= 0 on
+                                    // a multi-result node names one result (a jnp.split half)
   std::vector<dim_map> dims;        // per dim of the value
 };
 

@@ -42,6 +42,7 @@ FAMILY = {
     "cross_entropy_take_along_axis": "rowwise",
     "swiglu_torch_layout_sigmoid": "swiglu_mlp",
     "swiglu_dot_f32_helpers": "swiglu_mlp",
+    "swiglu_fused_gate_up_split": "swiglu_mlp",
     "flash_causal_bshd_einsum": "flash_attention",
     "flash_causal_bhsd_matmul": "flash_attention",
     "gqa_repeat_bshd": "flash_attention",
@@ -65,9 +66,9 @@ FAMILY = {
 # configurations)
 SLOW = {"paged_decode_take_pages", "maxkernel_gelu_mlp", "attention_padding_mask_softcap",
         "attention_decode_single_query"}
-# Known gaps, kept so a fix shows up (strict xfail): jnp.split of a fused [E, 2F] gate-up
-# projection is a two-result node, and block_program keys seeds by node, not by result.
-GAPS = {"swiglu_fused_gate_up_split": "swiglu_mlp"}
+# Known gaps of the expert brain, as variant -> family, run as strict xfails so a fix shows
+# (none left).
+GAPS = {}
 
 
 def task_path(name):
