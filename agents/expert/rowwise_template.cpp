@@ -54,9 +54,9 @@ public:
 
   // Column mode: the chain reduces one axis `a` that is not the last (softmax over axis 0 of
   // [D, R], log-softmax over the classes of [B, C, S], a channel norm of NCHW). The space is
-  // (P, R, Q) = (dims before a, a, dims after a): a plain reshape, no transpose. A block holds
-  // all of R for bq columns of Q (lanes) and one P entry; the reduction runs down the
-  // sublanes, which is cheap on the VPU.
+  // (P, R, D) = (dims before a, a, dims after a): a plain reshape, no transpose. A block holds
+  // all of R for bd columns of D (lanes) and one P entry; the reduction runs down the
+  // sublanes, which is cheap on the VPU. All of R must fit VMEM at bd = 128 (not split).
   std::optional<template_match> match_columns(const graph_view& g, const workload_signature& sig,
                                               int main_input) const {
     value_ref mainv{value_ref::kind::input, main_input, ""};
