@@ -383,6 +383,9 @@ bool read_task_files(const std::string& dir, std::vector<std::pair<std::string, 
     error = fmt::format("{}: {}", dir, ec.message());
     return false;
   }
+  // In path order, not the directory's: the spec's bytes (its store and search keys) must
+  // not depend on how the file system lists it.
+  std::sort(files.begin(), files.end());
   return true;
 }
 
