@@ -17,6 +17,7 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
                          schema::SearchSettings::Reader settings, bool resume,
                          std::string& error) {
   vertices_.clear();
+  readers_.clear();
   transcript_.clear();
   resumed_ = false;
   if (graph_path.empty())
@@ -43,6 +44,7 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
                           msg->root<schema::Vertex>().getIndex(), i);
       return false;
     }
+    readers_.push_back(msg->root<schema::Vertex>());
     vertices_.push_back(std::move(*msg));
   }
   reindex();
@@ -62,38 +64,47 @@ bool search_record::put(schema::Vertex::Reader v, std::string& error) {
 }
 
 bool search_record::put_all(const std::vector<std::string>& all, std::string& error) {
-  // Checked first (indices follow on from the record), then written, then kept.
+  // Checked first (indices follow on from the record), then written, then kept. The bytes are
+  // Vertex messages this process built (the lineages', put's and mark_exhausted's encodings;
+  // a resumed search's stored vertices are decoded with the full check in open), so they are
+  // read without decode's check (decoded_message::from_own), once, and handed to the graph
+  // file decoded.
   std::vector<messages::decoded_message> decoded;
+  decoded.reserve(all.size());
   size_t next = vertices_.size();
   for (const auto& bytes : all) {
-    auto msg = messages::decode<schema::Vertex>(bytes, error);
-    if (!msg)
+    if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
+      error = fmt::format("vertex bytes of {} bytes are not a message", bytes.size());
       return false;
-    msg->allow_rereading();
-    size_t i = msg->root<schema::Vertex>().getIndex();
+    }
+    auto msg = messages::decoded_message::from_own(bytes);
+    size_t i = msg.root<schema::Vertex>().getIndex();
     if (i > next) {
       error = fmt::format("vertex {} added after {} vertices", i, next);
       return false;
     }
     next = std::max(next, i + 1);
-    decoded.push_back(std::move(*msg));
+    decoded.push_back(std::move(msg));
   }
-  if (graph_ && !graph_->put_vertices(all, error))
+  if (graph_ && !graph_->put_decoded_vertices(all, decoded, error))
     return false;
   bool rebuild = false;
   for (auto& msg : decoded) {
-    size_t i = msg.root<schema::Vertex>().getIndex();
+    auto v = msg.root<schema::Vertex>();
+    size_t i = v.getIndex();
     if (i < vertices_.size()) {
       auto old = vertex(i);
       bool was_evaluated = old.getState() != schema::VertexState::PENDING;
       // A different candidate (a repaired lineage) or the best replaced: the indices are
       // rebuilt; else only the new vertex is weighed.
       rebuild = rebuild || static_cast<int>(i) == best_ ||
-                old.getCandidate().getId() != msg.root<schema::Vertex>().getCandidate().getId();
+                old.getCandidate().getId() != v.getCandidate().getId();
       evaluated_ -= was_evaluated ? 1 : 0;
       vertices_[i] = std::move(msg);
+      readers_[i] = v;
     } else {
       vertices_.push_back(std::move(msg));
+      readers_.push_back(v);
     }
     if (!rebuild)
       weigh(i);
@@ -137,9 +148,6 @@ bool search_record::mark_exhausted(size_t i, std::string& error) {
   return put_all({messages::encode(msg)}, error);
 }
 
-schema::Vertex::Reader search_record::vertex(size_t i) const {
-  return const_cast<messages::decoded_message&>(vertices_[i]).root<schema::Vertex>();
-}
 
 int search_record::find_candidate(const std::string& id) const {
   auto it = first_of_id_.find(id);
@@ -236,7 +244,15 @@ void search_record::add_usage(schema::Usage::Reader u) {
 }
 
 std::string search_record::result_bytes(const std::string& stop_reason, unsigned rounds) const {
-  capnp::MallocMessageBuilder msg;
+  // One first segment that holds every vertex's copy (their sizes are known): no growth of
+  // the message through ever larger segments, each zeroed, while a large graph is copied.
+  size_t words = 1024;
+  for (const auto& v : vertices_)
+    words += v.words();
+  for (const auto& t : transcript_)
+    words += t.size() / sizeof(capnp::word) + 2;
+  capnp::MallocMessageBuilder msg(
+    static_cast<unsigned>(std::min<size_t>(words, size_t{1} << 28)));  // capnp: < 2^29 words
   auto r = msg.initRoot<schema::OptimizeResult>();
   r.setSchemaVersion(schema::SCHEMA_VERSION);
   auto list = r.initVertices(static_cast<unsigned>(vertices_.size()));

@@ -44,7 +44,7 @@ public:
   // Marks vertex i exhausted (the planner had no new move from it); written through.
   bool mark_exhausted(size_t i, std::string& error);
   size_t size() const { return vertices_.size(); }
-  schema::Vertex::Reader vertex(size_t i) const;
+  schema::Vertex::Reader vertex(size_t i) const { return readers_[i]; }
   // Index of the first vertex whose candidate has this id; -1 when none.
   int find_candidate(const std::string& id) const;
   // Index of the first vertex that evaluated this candidate, as its result or as a kernel a
@@ -83,6 +83,9 @@ private:
   void reindex();
   void weigh(size_t i);
   std::vector<messages::decoded_message> vertices_;
+  // Each vertex's root, read once: a reader points into its message's words and reader,
+  // which stay where they are when the message moves (both are on the heap).
+  std::vector<schema::Vertex::Reader> readers_;
   std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
   std::unordered_map<std::string, size_t> tried_of_id_;  // replaced by a repair -> vertex
   int best_ = -1;

@@ -5,6 +5,7 @@
 #include <capnp/schema.h>
 #include "maxkernel/schema/common.capnp.h"
 #include <kj/exception.h>
+#include <kj/io.h>
 
 #include <cstring>
 #include <limits>
@@ -287,9 +288,15 @@ void check_pointers(capnp::AnyPointer::Reader p) {
 }  // namespace
 
 std::string encode(capnp::MessageBuilder& message) {
-  auto words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  // The flat form messageToFlatArray makes, written straight into the string (not into a word
+  // array that is then copied): every message an actor sends goes through here.
+  auto segments = message.getSegmentsForOutput();
+  std::string out(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word), '\0');
+  kj::ArrayOutputStream stream(
+    kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
+  capnp::writeMessage(stream, segments);
+  KJ_ASSERT(stream.getArray().size() == out.size());
+  return out;
 }
 
 std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
@@ -312,6 +319,15 @@ std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
     error = std::string("malformed message: ") + e.getDescription().cStr();
     return std::nullopt;
   }
+  return msg;
+}
+
+decoded_message decoded_message::from_own(std::string_view bytes) {
+  KJ_REQUIRE(bytes.size() % sizeof(capnp::word) == 0, "not bytes of messages::encode");
+  decoded_message msg;
+  msg.words_ = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(msg.words_.begin(), bytes.data(), bytes.size());
+  msg.allow_rereading();
   return msg;
 }
 

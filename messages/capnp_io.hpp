@@ -33,6 +33,18 @@ public:
   // pointer out of bounds, too deep or too much to read); `error` says why.
   static std::optional<decoded_message> parse(std::string_view bytes, std::string& error);
 
+  // Bytes this process encoded itself (messages::encode of a message it built) and that never
+  // left it: copied to aligned words and read without decode's check, which would only walk
+  // them again. Safe because a builder writes only well-formed messages (its setters and its
+  // copies of readers read their sources through capnp's checked readers, and those sources
+  // were decoded), and no struct of our schemas holds itself, so none nests deeper than the
+  // nesting limit. Never for bytes from a socket, a file, a peer or another process: those
+  // go through decode.
+  static decoded_message from_own(std::string_view bytes);
+
+  // The message's size in words (its segment table included).
+  size_t words() const { return words_.size(); }
+
   template <class T>
   typename T::Reader root() {
     return reader_->getRoot<T>();

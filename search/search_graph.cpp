@@ -247,6 +247,27 @@ bool search_graph::begin(const search_header& h, bool resume, bool& resumed, std
   return true;
 }
 
+namespace {
+// What a stored vertex must satisfy besides decoding: error names the file, search and vertex.
+bool vertex_fits(const std::string& path, const std::string& key, schema::Vertex::Reader v,
+                 std::string& error) {
+  int64_t index = v.getIndex();
+  int64_t parent = v.getParent();
+  auto fail = [&](const std::string& what) {
+    error = path + ": search " + key + ": cannot store vertex " + std::to_string(index) + ": " +
+            what;
+    return false;
+  };
+  // Creation order: a parent exists before its children, so it has a lower index.
+  if (parent < -1 || parent >= index)
+    return fail("its parent " + std::to_string(parent) + " is neither -1 nor an earlier vertex");
+  double time_us = v.getTimeUs();
+  if (!std::isfinite(time_us) || time_us < 0)
+    return fail("timeUs " + std::to_string(time_us) + " is not a time");
+  return true;
+}
+}  // namespace
+
 bool search_graph::put_vertex(const std::string& bytes, std::string& error) {
   return put_vertices({bytes}, error);
 }
@@ -266,23 +287,34 @@ bool search_graph::put_vertices(const std::vector<std::string>& all, std::string
               why;
       return false;
     }
-    auto v = msg->root<schema::Vertex>();
-    int64_t index = v.getIndex();
-    int64_t parent = v.getParent();
-    auto fail = [&](const std::string& what) {
-      error = path_ + ": search " + key_ + ": cannot store vertex " + std::to_string(index) +
-              ": " + what;
+    if (!vertex_fits(path_, key_, msg->root<schema::Vertex>(), error))
       return false;
-    };
-    // Creation order: a parent exists before its children, so it has a lower index.
-    if (parent < -1 || parent >= index)
-      return fail("its parent " + std::to_string(parent) + " is neither -1 nor an earlier vertex");
-    double time_us = v.getTimeUs();
-    if (!std::isfinite(time_us) || time_us < 0)
-      return fail("timeUs " + std::to_string(time_us) + " is not a time");
     decoded.push_back(std::move(*msg));
   }
+  return store_vertices(all, decoded, error);
+}
 
+bool search_graph::put_decoded_vertices(const std::vector<std::string>& all,
+                                        std::vector<messages::decoded_message>& decoded,
+                                        std::string& error) {
+  if (key_.empty()) {
+    error = path_ + ": cannot store a vertex before a search is begun";
+    return false;
+  }
+  if (decoded.size() != all.size()) {
+    error = path_ + ": search " + key_ + ": " + std::to_string(decoded.size()) +
+            " decoded vertices for " + std::to_string(all.size());
+    return false;
+  }
+  for (auto& msg : decoded)
+    if (!vertex_fits(path_, key_, msg.root<schema::Vertex>(), error))
+      return false;
+  return store_vertices(all, decoded, error);
+}
+
+bool search_graph::store_vertices(const std::vector<std::string>& all,
+                                  std::vector<messages::decoded_message>& decoded,
+                                  std::string& error) {
   std::lock_guard lock(db_->conn->mutex);
   std::string why;
   if (!db_->conn->exec("BEGIN IMMEDIATE", why)) {

@@ -9,6 +9,10 @@
 
 struct sqlite3_stmt;
 
+namespace maxkernel::messages {
+class decoded_message;
+}
+
 namespace maxkernel::search {
 
 // What identifies and describes a search.
@@ -44,6 +48,10 @@ public:
   bool put_vertex(const std::string& vertex_bytes, std::string& error);
   // Several vertices in one transaction (a graph round's children): all are stored, or none.
   bool put_vertices(const std::vector<std::string>& vertex_bytes, std::string& error);
+  // The same for vertices the caller holds decoded already (decoded[k] is vertex_bytes[k],
+  // checked by messages::decode or the caller's own encoding): not decoded a second time.
+  bool put_decoded_vertices(const std::vector<std::string>& vertex_bytes,
+                            std::vector<messages::decoded_message>& decoded, std::string& error);
   // The current search's vertices (Vertex bytes), index order.
   std::vector<std::string> vertices(std::string& error) const;
   // Appends one entry (TranscriptEntry bytes, hitl's proposals and decisions) to the current
@@ -69,6 +77,9 @@ private:
   // The blobs a one-parameter (search key) SELECT gives, in order.
   std::vector<std::string> rows(sqlite3_stmt* st, const char* what,
                                 std::string& error) const;
+  // The transaction of put_vertices, for vertices already checked.
+  bool store_vertices(const std::vector<std::string>& vertex_bytes,
+                      std::vector<messages::decoded_message>& decoded, std::string& error);
   std::unique_ptr<db> db_;
   std::string path_;
   std::string key_;

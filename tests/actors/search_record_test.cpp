@@ -367,3 +367,57 @@ TEST(SearchRecord, ARoundIsRecordedWholeOrNotAtAll) {
   EXPECT_DOUBLE_EQ(r.vertex(0).getTimeUs(), 10.0);
   EXPECT_FALSE(r.vertex(1).getExhausted());
 }
+
+// The record reads each vertex through a reader kept from when it came in: those stay valid
+// while the record grows (its vectors reallocate) and when a vertex is replaced (pending, then
+// final), with and without a graph file.
+TEST(SearchRecord, VerticesStayReadableAsTheRecordGrowsAndReplacesThem) {
+  temp_dir dir;
+  for (std::string path : {std::string(), dir.file("graphs.sqlite")}) {
+    settings_msg s;
+    std::string error;
+    actors::search_record r;
+    ASSERT_TRUE(r.open(path, s.spec(), s.settings(), false, error)) << error;
+    const unsigned rounds = 40, width = 8;
+    for (unsigned k = 0; k < rounds; ++k) {
+      std::vector<std::string> pending, final_;
+      for (unsigned j = 0; j < width; ++j) {
+        unsigned i = k * width + j;
+        int parent = i == 0 ? -1 : 0;
+        std::string id = "v" + std::to_string(i);
+        pending.push_back(vertex({i, parent, schema::VertexState::PENDING, false, 0, id}));
+        final_.push_back(vertex({i, parent, schema::VertexState::EVALUATED, true,
+                                 100.0 + (i * 37) % 101, id}));
+      }
+      ASSERT_TRUE(r.put_all(pending, error)) << error;
+      ASSERT_TRUE(r.put_all(final_, error)) << error;
+    }
+    ASSERT_EQ(r.size(), rounds * width);
+    EXPECT_EQ(r.evaluated(), rounds * width);
+    int best = -1;
+    for (unsigned i = 0; i < r.size(); ++i) {
+      auto v = r.vertex(i);
+      ASSERT_EQ(v.getIndex(), i);
+      EXPECT_EQ(v.getState(), schema::VertexState::EVALUATED);
+      EXPECT_EQ(std::string(v.getCandidate().getId().cStr()), "v" + std::to_string(i));
+      EXPECT_EQ(r.find_candidate("v" + std::to_string(i)), static_cast<int>(i));
+      if (best < 0 || v.getTimeUs() < r.vertex(static_cast<unsigned>(best)).getTimeUs())
+        best = static_cast<int>(i);
+    }
+    EXPECT_EQ(r.best(), best);
+    std::optional<messages::decoded_message> m;
+    auto res = result_of(m, r.result_bytes("budget", rounds));
+    ASSERT_EQ(res.getVertices().size(), rounds * width);
+    EXPECT_EQ(std::string(res.getVertices()[rounds * width - 1].getCandidate().getId().cStr()),
+              "v" + std::to_string(rounds * width - 1));
+  }
+}
+
+TEST(SearchRecord, RefusesBytesThatAreNoMessage) {
+  actors::search_record r;
+  std::string error;
+  EXPECT_FALSE(r.put_all({std::string("12345")}, error));
+  EXPECT_NE(error.find("not a message"), std::string::npos) << error;
+  EXPECT_FALSE(r.put_all({std::string()}, error));
+  EXPECT_EQ(r.size(), 0u);
+}

@@ -560,5 +560,45 @@ TEST(SearchGraph, BadVerticesAreRefused) {
   EXPECT_NE(header_error.find("without a key"), std::string::npos);
 }
 
+// Vertices the caller holds decoded (search_record's own encodings) are stored as the bytes
+// are, with the same checks of parent and time, and not decoded again.
+TEST(SearchGraph, DecodedVerticesAreStoredAsTheirBytes) {
+  temp_dir dir;
+  auto g = open_ok(dir.file("graphs.sqlite"));
+  ASSERT_TRUE(g);
+  begin_ok(*g, make_header("k1"), false, false);
+  std::vector<std::string> bytes{make_vertex(0, -1, 12), make_vertex(1, 0, 9)};
+  std::vector<messages::decoded_message> decoded;
+  for (const auto& b : bytes)
+    decoded.push_back(messages::decoded_message::from_own(b));
+  std::string error;
+  ASSERT_TRUE(g->put_decoded_vertices(bytes, decoded, error)) << error;
+  EXPECT_EQ(vertices_ok(*g), bytes);
+
+  std::vector<std::string> bad{make_vertex(2, 2)};
+  std::vector<messages::decoded_message> bad_decoded;
+  bad_decoded.push_back(messages::decoded_message::from_own(bad[0]));
+  EXPECT_FALSE(g->put_decoded_vertices(bad, bad_decoded, error));
+  EXPECT_NE(error.find("parent 2"), std::string::npos) << error;
+  error.clear();
+  std::vector<messages::decoded_message> none;
+  EXPECT_FALSE(g->put_decoded_vertices(bytes, none, error));
+  EXPECT_NE(error.find("0 decoded vertices for 2"), std::string::npos) << error;
+  EXPECT_EQ(vertices_ok(*g), bytes);
+}
+
+// A batch stops at its first bad vertex, in order: a bad parent before bytes that do not
+// decode is told as the parent.
+TEST(SearchGraph, ABatchIsCheckedInOrder) {
+  temp_dir dir;
+  auto g = open_ok(dir.file("graphs.sqlite"));
+  ASSERT_TRUE(g);
+  begin_ok(*g, make_header("k1"), false, false);
+  std::string error;
+  EXPECT_FALSE(g->put_vertices({make_vertex(0, 0), "not a capnp message"}, error));
+  EXPECT_NE(error.find("parent 0"), std::string::npos) << error;
+  EXPECT_TRUE(vertices_ok(*g).empty());
+}
+
 }  // namespace
 }  // namespace maxkernel::search
