@@ -124,16 +124,8 @@ private:
   }
 
   static messages::decoded_message timeout_result(const std::string& why) {
-    capnp::MallocMessageBuilder msg;
-    auto r = msg.initRoot<schema::EvalResult>();
-    r.setSchemaVersion(schema::SCHEMA_VERSION);
-    auto phase = r.initPhases(1)[0];
-    phase.setPhase(schema::Phase::TEST);
-    phase.setStatus(schema::Status::FAILED);
-    phase.setErrorClass(schema::ErrorClass::TIMEOUT);
-    phase.setMessage(why);
     std::string error;
-    auto decoded = messages::decode<schema::EvalResult>(messages::encode(msg), error);
+    auto decoded = messages::decode<schema::EvalResult>(messages::timeout_result(why), error);
     decoded->allow_rereading();
     return std::move(*decoded);
   }

@@ -9,6 +9,7 @@
 #include "cli/output_file.hpp"
 #include "cli/spec_source.hpp"
 #include "messages/capnp_io.hpp"
+#include "messages/eval_failure.hpp"
 
 #include <capnp/message.h>
 #include <fmt/format.h>
@@ -79,6 +80,12 @@ int run_check(const check_options& opts) {
         std::cerr << "error: " << reference_hangs(spec, session, "when it was run") << "\n";
         return 2;
       }
+      // The kernel hangs: its failure (class timeout, exit 1), reported like any other.
+      std::string ignored;
+      candidate.message = messages::decode<schema::EvalResult>(
+        messages::timeout_result(candidate.error), ignored);
+      candidate.message->allow_rereading();
+      candidate.exit_code = 0;
     }
     if (candidate.exit_code != 0) {
       std::cerr << "error: " << candidate.error << "\n";

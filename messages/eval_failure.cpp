@@ -1,5 +1,8 @@
 #include "messages/eval_failure.hpp"
 
+#include "messages/capnp_io.hpp"
+
+#include <capnp/message.h>
 #include <capnp/schema.h>
 
 namespace maxkernel::messages {
@@ -22,6 +25,18 @@ std::string failure_message(schema::EvalResult::Reader result) {
     if (p.getStatus() == schema::Status::FAILED)
       return p.getMessage().cStr();
   return "";
+}
+
+std::string timeout_result(const std::string& why) {
+  capnp::MallocMessageBuilder msg;
+  auto r = msg.initRoot<schema::EvalResult>();
+  r.setSchemaVersion(schema::SCHEMA_VERSION);
+  auto phase = r.initPhases(1)[0];
+  phase.setPhase(schema::Phase::TEST);
+  phase.setStatus(schema::Status::FAILED);
+  phase.setErrorClass(schema::ErrorClass::TIMEOUT);
+  phase.setMessage(why);
+  return encode(msg);
 }
 
 }  // namespace maxkernel::messages

@@ -16,5 +16,9 @@ std::string error_class_name(schema::ErrorClass cls);
 std::string failure_class(schema::EvalResult::Reader result);
 // The first failed phase's message; "" when no phase failed.
 std::string failure_message(schema::EvalResult::Reader result);
+// The EvalResult (encoded) of a candidate whose evaluation the node's deadline cut
+// (worker_timeout): its test failed with class timeout, `why` its message. A hanging kernel
+// is the candidate's failure, as a crashing one is.
+std::string timeout_result(const std::string& why);
 
 }  // namespace maxkernel::messages

@@ -167,3 +167,14 @@ def test_kernel_that_is_not_utf8_is_bad_input_naming_the_line(tmp_path):
     assert run.returncode == 2
     assert f"{kernel}:2:" in run.stderr and "UTF-8" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_hanging_kernel_is_its_own_timeout_not_an_environment_error():
+    # The reference finishes: the kernel's timeout is its failure (exit 1, class timeout),
+    # reported with the JSON like any other failure.
+    run = check(SPEC, HERE / "kernels" / "hangs.py", "--deadline", "10", "--no-store",
+                "--json", "-")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    assert result["correct"] is False
+    assert result["failures"] == {"timeout": 1}
