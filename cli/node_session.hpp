@@ -45,8 +45,8 @@ struct session_options {
   std::string listen_host = "127.0.0.1";  // supervisor: the node port
   uint16_t listen_port = 0;               // 0: any free port (listen_port() says which)
   std::string token_file;                 // "" : plain TCP; else the cluster's mutual TLS
-  std::chrono::milliseconds heartbeat{200};
-  std::chrono::milliseconds connection_timeout{1'000};
+  std::chrono::milliseconds heartbeat{500};  // defaults as config/cluster_config.hpp's
+  std::chrono::milliseconds connection_timeout{5'000};
 };
 
 // A cluster supervisor's dispatcher, counted.

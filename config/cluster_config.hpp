@@ -30,8 +30,10 @@ struct cluster_config {
   std::string token_file_given_by() const {
     return token_file_at.empty() ? "--token-file" : token_file_at;
   }
-  uint32_t heartbeat_interval_ms = 200;
-  uint32_t connection_timeout_ms = 1000;
+  // A frozen host is noticed within the timeout; a host whose CPUs its JAX workers saturate
+  // (compiles, interpret-mode tests) can go silent for a second or more without being lost.
+  uint32_t heartbeat_interval_ms = 500;
+  uint32_t connection_timeout_ms = 5000;
   // node
   host_port join{"127.0.0.1", 7400};  // the supervisor's node port; defaults to `listen`
   std::string backend = "model";      // model | jax-tpu

@@ -92,8 +92,9 @@ def test_nodes_killed_and_frozen_several_times_lose_nothing(cluster, fault_free)
             live[victim] = cluster.start_node()
             faults.append(f"SIGKILL node pid {node.pid}")
         else:
-            # Longer than the supervisor's connection timeout (1 s): taken as lost, then back.
-            frozen = rng.uniform(1.5, 4.0)
+            # Longer than the supervisor's connection timeout (5 s, config/cluster_config.hpp):
+            # taken as lost, then back.
+            frozen = rng.uniform(6.0, 9.0)
             os.killpg(node.pid, signal.SIGSTOP)
             time.sleep(frozen)
             os.killpg(node.pid, signal.SIGCONT)

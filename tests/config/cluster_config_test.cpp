@@ -44,8 +44,8 @@ TEST(ClusterConfig, EmptyFileGivesTheDefaults) {
   EXPECT_EQ(c.listen.host, "127.0.0.1");
   EXPECT_EQ(c.listen.port, 7400);
   EXPECT_EQ(c.shell_listen.port, 7401);
-  EXPECT_EQ(c.heartbeat_interval_ms, 200u);
-  EXPECT_EQ(c.connection_timeout_ms, 1000u);
+  EXPECT_EQ(c.heartbeat_interval_ms, 500u);
+  EXPECT_EQ(c.connection_timeout_ms, 5000u);
   EXPECT_EQ(c.devices, 4u);
   EXPECT_EQ(c.workers, 0u);
   EXPECT_EQ(c.token_file, "");
