@@ -5,7 +5,6 @@
 #include <capnp/schema.h>
 #include "maxkernel/schema/common.capnp.h"
 #include <kj/exception.h>
-#include <kj/io.h>
 
 #include <cstring>
 #include <limits>
@@ -288,14 +287,29 @@ void check_pointers(capnp::AnyPointer::Reader p) {
 }  // namespace
 
 std::string encode(capnp::MessageBuilder& message) {
-  // The flat form messageToFlatArray makes, written straight into the string (not into a word
-  // array that is then copied): every message an actor sends goes through here.
+  // The flat form messageToFlatArray makes (segment count - 1, each segment's size in words,
+  // padded to a word, then the segments), appended straight into the string: not into a word
+  // array that is then copied, nor into a string zeroed first. Every message an actor sends
+  // goes through here.
   auto segments = message.getSegmentsForOutput();
-  std::string out(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word), '\0');
-  kj::ArrayOutputStream stream(
-    kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
-  capnp::writeMessage(stream, segments);
-  KJ_ASSERT(stream.getArray().size() == out.size());
+  size_t table_words = segments.size() / 2 + 1;
+  std::string out;
+  out.reserve(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word));
+  uint32_t small[16] = {};  // up to 15 segments without an allocation
+  std::vector<uint32_t> large;
+  uint32_t* table = small;
+  if (table_words * 2 > std::size(small)) {
+    large.assign(table_words * 2, 0);
+    table = large.data();
+  }
+  table[0] = static_cast<uint32_t>(segments.size() - 1);
+  for (size_t k = 0; k < segments.size(); ++k)
+    table[k + 1] = static_cast<uint32_t>(segments[k].size());
+  // capnp's table is little-endian, as is every machine this builds for.
+  out.append(reinterpret_cast<const char*>(table), table_words * sizeof(capnp::word));
+  for (auto segment : segments)
+    out.append(reinterpret_cast<const char*>(segment.begin()),
+               segment.size() * sizeof(capnp::word));
   return out;
 }
 
