@@ -6,7 +6,7 @@ log-softmax / norms, reshapes around the computation, helper functions, dequanti
 int8 weights, softmax over a non-last axis; native specs and the JAXBench and MaxKernel
 task-directory formats). `maxkernel propose` must pick the family's template and return a
 correct first candidate (the tester's cases in interpret mode). Each run starts its own worker
-(no test shares one with the CLI); shapes are small: 41 runs, ~4.5 min of CPU (7.5 min wall at
+(no test shares one with the CLI); shapes are small: 40 runs, ~4.3 min of CPU (9 min wall at
 load 10 on 2 cores; docs/performance.md, "Restyled references")."""
 import json
 import pathlib
