@@ -6,6 +6,7 @@
 #include "cli/bench_suite.hpp"
 #include "cli/bench_summary.hpp"
 #include "cli/brain_options.hpp"
+#include "cli/cluster_client.hpp"
 #include "cli/hint_operator.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/output_file.hpp"
@@ -25,10 +26,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace maxkernel::cli {
 
@@ -217,6 +221,185 @@ json run_task(bench_run& run, const suite_task& task, unsigned index) {
   return row;
 }
 
+// A mode's run before its rows: the same fields embedded and on a cluster.
+json mode_header(const bench_options& opts, const std::string& mode, const std::string& chip,
+                 const std::string& backend, json nodes, json workers, unsigned jobs,
+                 const std::string& jax_version, clock_type::time_point started) {
+  return {{"schema", 1},
+          {"suite", opts.suite},
+          {"mode", mode},
+          {"chip", chip},
+          {"backend", backend},
+          {"timing", backend == "model" ? "modeled" : backend.empty() ? "unknown" : "measured"},
+          {"budget_evals", opts.search.budget_evals},
+          {"budget_seconds", opts.search.budget_seconds},
+          {"seed", opts.search.seed},
+          {"nodes", std::move(nodes)},
+          {"workers", std::move(workers)},
+          {"jobs", jobs},
+          {"jax_version", jax_version},
+          {"maxkernel_version", messages::maxkernel_version()},
+          {"wall_seconds", seconds_since(started)}};
+}
+
+// The bench fields of a row searched on a cluster, from the outputs it sent back (the
+// search's OptimizeResult stays on the supervisor): the family of the best kernel (else
+// the first candidate), whether any candidate lowered (it has a time, is correct, or failed
+// in a phase after lowering), and the modeled device seconds as embedded. The worker's
+// phase seconds and the best kernel's profile are not in those outputs: 0 and null.
+void add_cluster_bench_fields(json& row, const fs::path& graph_file) {
+  json graph;
+  std::ifstream in(graph_file);
+  if (in)
+    graph = json::parse(in, nullptr, false);
+  const json& vertices =
+    graph.is_object() && graph.contains("vertices") ? graph["vertices"] : json::array();
+  std::string tmpl;
+  if (row.contains("best_candidate"))
+    tmpl = row["best_candidate"].value("template", std::string());
+  else if (!vertices.empty())
+    tmpl = vertices[0].value("template", std::string());
+  row["family"] = kernel_family(tmpl);
+  static const std::set<std::string> after_lowering{"wrongOutput", "mismatch", "nonFinite",
+                                                    "runtimeError", "rewardHack"};
+  bool compiled = false;
+  double device = 0;
+  for (const auto& v : vertices) {
+    bool timed = v["time_us"].is_number();
+    compiled |= timed || v.value("correct", false) ||
+                after_lowering.count(v.value("failure_class", std::string())) > 0;
+    if (timed)
+      device += v["time_us"].get<double>() * timing_runs / 1e6;
+  }
+  row["compiled"] = compiled;
+  row["worker_seconds"] = 0.0;
+  row["device_seconds"] = device;
+  row["profile"] = nullptr;
+}
+
+// The last "error: ..." line a run printed, without the prefix ("" none).
+std::string last_error_line(const std::string& text) {
+  std::string found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("error: ", 0) == 0)
+      found = line.substr(7);
+  return found;
+}
+
+// One task as an optimize submission to the cluster: its row as run_task's.
+json run_cluster_task(const bench_options& opts, const std::string& mode,
+                      const suite_task& task, unsigned index, bench_progress& progress,
+                      const fs::path& scratch) {
+  auto started = clock_type::now();
+  auto search = opts.search;
+  search.mode = mode;
+  std::string chip = search.chip.empty() ? "v6e" : search.chip;
+  progress.started(index, task.relative);
+  // The outputs come back to DIR/MODE/TASK with --out, else to a scratch directory (the
+  // row's bench fields are read from graph.json).
+  fs::path out = opts.out.empty() ? scratch / std::to_string(index)
+                                  : fs::path(opts.out) / mode / task.relative;
+  std::string error;
+  json row;
+  std::string printed;
+  if (!make_output_dir(out.string(), error)) {
+    row = failed_row(task, mode, chip, "", 3, "--out: " + error, seconds_since(started));
+  } else {
+    cluster_submission sub;
+    sub.spec = task.path;
+    sub.args = search_args(search);
+    sub.out = out.string();
+    sub.on_output = [&](const std::string& text, int stream) {
+      if (stream == 2)
+        printed += text;
+    };
+    auto outcome =
+      run_cluster_submission(sub, {opts.cluster, opts.token_file, 30});
+    json parsed = outcome.json.empty() ? json() : json::parse(outcome.json, nullptr, false);
+    if (!parsed.is_object()) {
+      std::string why = !outcome.error.empty() ? outcome.error : last_error_line(printed);
+      if (why.empty())
+        why = fmt::format("the run ended with exit code {} and no result", outcome.exit_code);
+      row = failed_row(task, mode, chip, "", outcome.exit_code == 0 ? 3 : outcome.exit_code,
+                       why, seconds_since(started));
+    } else {
+      row = std::move(parsed);
+      row["mode"] = mode;
+      row["path"] = task.path;
+      row["relative"] = task.relative;
+      row["error"] = nullptr;
+      row["exit_code"] = row.value("correct", false) ? 0 : 1;
+      add_cluster_bench_fields(row, out / "graph.json");
+    }
+  }
+  if (opts.out.empty()) {
+    std::error_code ec;
+    fs::remove_all(out, ec);
+  }
+  double speedup = row.value("speedup_vs_reference", 1.0);
+  progress.finished(
+    index,
+    !row["error"].is_null()
+      ? fmt::format("{}: failed ({})", task.relative, row["error"].get<std::string>())
+      : fmt::format("{}: {} in {:.0f} s", task.relative,
+                    row.value("correct", false)
+                      ? fmt::format("{:.2f}x vs reference{}", speedup,
+                                    row.value("fallback_to_reference", false) ? " (the reference)"
+                                                                               : "")
+                      : "no correct kernel",
+                    row.value("wall_seconds", 0.0)),
+    speedup);
+  return row;
+}
+
+// Every task of a mode submitted to the cluster, `jobs` at once (0: all; the supervisor's
+// dispatcher spreads their candidates over its nodes). The supervisor's evaluation store
+// serves every run.
+int run_mode_on_cluster(const bench_options& opts, const std::string& mode,
+                        const std::vector<suite_task>& tasks, std::ostream& human, json& out) {
+  auto started = clock_type::now();
+  // An unreachable supervisor or refused credentials end the run (3 or 2), not every task.
+  if (int code = check_cluster({opts.cluster, opts.token_file, 30}, std::cerr))
+    return code;
+  unsigned jobs = opts.jobs ? opts.jobs : static_cast<unsigned>(tasks.size());
+  jobs = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(tasks.size())));
+  human << fmt::format("{}: {} task(s) of {}, {} at once on the cluster at {}, budget {} "
+                       "candidates per task\n",
+                       mode, tasks.size(), opts.suite, jobs, opts.cluster,
+                       opts.search.budget_evals);
+  std::error_code ec;
+  auto scratch = fs::temp_directory_path(ec) /
+                 fmt::format("maxkernel-bench-{}-{}", ::getpid(), mode);
+  bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
+  std::vector<json> rows(tasks.size());
+  std::atomic<unsigned> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned j = 0; j < jobs; ++j)
+    threads.emplace_back([&] {
+      for (unsigned i = next++; i < tasks.size(); i = next++)
+        rows[i] = run_cluster_task(opts, mode, tasks[i], i, progress, scratch);
+    });
+  for (auto& t : threads)
+    t.join();
+  progress.close();
+  fs::remove_all(scratch, ec);
+  // What the supervisor's runs said about where they ran.
+  std::string backend, jax_version;
+  json nodes = nullptr;
+  for (const auto& r : rows)
+    if (r.contains("backend") && backend.empty()) {
+      backend = r.value("backend", std::string());
+      jax_version = r.value("jax_version", std::string());
+      nodes = r.value("nodes", json(nullptr));
+    }
+  json header = mode_header(opts, mode, opts.search.chip.empty() ? "v6e" : opts.search.chip,
+                            backend, nodes, nullptr, jobs, jax_version, started);
+  header["cluster"] = opts.cluster;
+  out = summarize_run(std::move(header), std::move(rows));
+  return 0;
+}
+
 // Runs every task under one mode: a node session of its own (with several modes, an
 // evaluation store of its own), `jobs` tasks at once.
 int run_mode(const bench_options& opts, const std::string& mode, bool own_store,
@@ -264,21 +447,8 @@ int run_mode(const bench_options& opts, const std::string& mode, bool own_store,
   progress.close();
   agents::stop_agent_pool(pool);
 
-  json header = {{"schema", 1},
-                 {"suite", opts.suite},
-                 {"mode", mode},
-                 {"chip", sopts.chip},
-                 {"backend", session.backend()},
-                 {"timing", session.backend() == "model" ? "modeled" : "measured"},
-                 {"budget_evals", opts.search.budget_evals},
-                 {"budget_seconds", opts.search.budget_seconds},
-                 {"seed", opts.search.seed},
-                 {"nodes", session.nodes()},
-                 {"workers", session.workers()},
-                 {"jobs", jobs},
-                 {"jax_version", session.jax_version()},
-                 {"maxkernel_version", messages::maxkernel_version()},
-                 {"wall_seconds", seconds_since(started)}};
+  json header = mode_header(opts, mode, sopts.chip, session.backend(), session.nodes(),
+                            session.workers(), jobs, session.jax_version(), started);
   out = summarize_run(std::move(header), std::move(rows));
   return 0;
 }
@@ -336,6 +506,15 @@ bool check_options(const bench_options& opts, std::vector<std::string>& modes,
     if (!valid_optimize_options(check, error))
       return false;
   }
+  if (!opts.cluster.empty() && (modes.size() > 1 || modes.front() == "hitl-hint")) {
+    error = "--cluster runs one mode, auto or graph (the modes' comparison needs a store of "
+            "its own per mode; hitl-hint a local operator)";
+    return false;
+  }
+  if (opts.cluster.empty() && !opts.token_file.empty()) {
+    error = "--token-file goes with --cluster";
+    return false;
+  }
   if (opts.search.budget_evals == 0 && opts.search.budget_seconds <= 0 &&
       opts.search.patience == 0) {
     error = "a task's search has no end: give --budget-evals, --budget-seconds or --patience";
@@ -366,7 +545,10 @@ int run_modes(const bench_options& opts, const std::vector<std::string>& modes,
   std::vector<json> runs;
   for (const auto& mode : modes) {
     json run;
-    if (int code = run_mode(opts, mode, modes.size() > 1, tasks, brains, state_dir, human, run))
+    int code = opts.cluster.empty()
+                 ? run_mode(opts, mode, modes.size() > 1, tasks, brains, state_dir, human, run)
+                 : run_mode_on_cluster(opts, mode, tasks, human, run);
+    if (code)
       return code;
     human << run_summary(run);
     runs.push_back(std::move(run));

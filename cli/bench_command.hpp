@@ -31,6 +31,10 @@ struct bench_options {
   std::string html;             // the report page ("" none)
   std::string out;              // DIR/<mode>/<task>/ receives optimize's outputs ("" none)
   optimize_options search;      // each task's search settings (spec, mode, json, out unused)
+  // --cluster HOST:PORT: each task is an optimize submission to that supervisor's client
+  // port (cli/cluster_client), `jobs` at once (0: all); the report is built as embedded.
+  std::string cluster;
+  std::string token_file;       // with cluster: the cluster's credentials
 };
 
 int run_bench(const bench_options& opts);

@@ -159,12 +159,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--tasks", bench.tasks,
                         "only the tasks whose name or suite-relative path matches one of these "
                         "comma-separated globs");
-  bench_cmd->add_option("--jobs", bench.jobs, "tasks searched at once (default: two per worker)")
+  bench_cmd->add_option("--jobs", bench.jobs, "tasks searched at once (default: two per worker; with --cluster, all)")
     ->check(CLI::Range(1u, 256u));
   bench_cmd->add_option("--json", bench.json, "write the figures as JSON to FILE, or - for stdout");
   bench_cmd->add_option("--html", bench.html, "write the report page to FILE");
   bench_cmd->add_option("--out", bench.out,
                         "write each task's kernel.py, result.json and report to DIR/MODE/TASK/");
+  bench_cmd->add_option("--cluster", bench.cluster,
+                        "submit every task to a running cluster: the supervisor's client port "
+                        "HOST:PORT (docs/cluster.md); the report is written here as without it");
+  bench_cmd->add_option("--token-file", bench.token_file,
+                        "with --cluster: the cluster's credentials (cluster init DIR: DIR/token)");
   maxkernel::cli::add_search_options(bench_cmd, bench.search, chips);
   for (auto* o : bench_cmd->get_options())
     if (o->get_name() == "--budget-evals")

@@ -22,12 +22,17 @@ CLI::App* add_workload_command(CLI::App& app, workload_options& opts,
     ->check(CLI::IsMember({"prefill", "decode"}));
   cmd->add_option("--tasks", opts.tasks,
                   "only the tasks whose name or role matches one of these comma-separated globs");
-  cmd->add_option("--jobs", opts.jobs, "tasks searched at once (default: two per worker)")
+  cmd->add_option("--jobs", opts.jobs, "tasks searched at once (default: two per worker; with --cluster, all)")
     ->check(CLI::Range(1u, 256u));
   cmd->add_option("--json", opts.json, "write the report as JSON to FILE, or - for stdout");
   cmd->add_option("--out", opts.out,
                   "write the specs to DIR/specs/PHASE/ and each task's kernel.py, result.json "
                   "and report to DIR/MODE/TASK/");
+  cmd->add_option("--cluster", opts.cluster,
+                  "submit every task to a running cluster: the supervisor's client port "
+                  "HOST:PORT (docs/cluster.md); the report is written here as without it");
+  cmd->add_option("--token-file", opts.token_file,
+                  "with --cluster: the cluster's credentials (cluster init DIR: DIR/token)");
   add_search_options(cmd, opts.search, chips);
   for (auto* o : cmd->get_options())
     if (o->get_name() == "--budget-evals")

@@ -115,6 +115,8 @@ int run_workload(const workload_options& opts) {
   bench.jobs = opts.jobs;
   bench.out = opts.out;
   bench.search = opts.search;
+  bench.cluster = opts.cluster;
+  bench.token_file = opts.token_file;
   json run;
   int code = run_bench_tasks(bench, suite, human, run);
   if (code >= 2)

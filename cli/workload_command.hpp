@@ -22,6 +22,8 @@ struct workload_options {
   std::string json;             // "" none, "-" stdout, else a file
   std::string out;              // DIR/specs/ the specs, DIR/MODE/TASK/ each task's outputs
   optimize_options search;      // each task's search settings (spec, mode, json, out unused)
+  std::string cluster;          // --cluster HOST:PORT: the tasks are submitted there (bench's)
+  std::string token_file;
 
   workload_options() { search.budget_evals = 16; }
 };

@@ -1,0 +1,130 @@
+"""`maxkernel bench --cluster` and `maxkernel workload --cluster`: the suite's tasks submitted to
+a real supervisor with two node processes on loopback (the helpers of test_cluster.py), each
+task an optimize submission, the report built by the same code as the embedded run.
+
+What is checked: every task is a row in suite order, with the same keys as the embedded run's
+rows of the same suite (and the run the same keys as the embedded run's); a malformed spec is a
+failed row with its reason and exit code 2, never dropped; --out receives each task's outputs
+from the cluster; the exit code says not every task is correct; `workload --cluster` reports
+its one task with the step times."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from test_cluster import BIN, ROOT, Cluster, token, wait_for  # noqa: F401 (token: a fixture)
+
+pytestmark = [pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built"),
+              pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    (root / "native").mkdir()
+    shutil.copy(ROOT / "examples" / "matmul" / "spec.yaml", root / "native" / "matmul.yaml")
+    (root / "native" / "broken.yaml").write_text("name: broken\ndims: {M: 8}\ninputs: [\n")
+    shutil.copytree(ROOT / "tests" / "worker" / "tasks" / "mk_multi", root / "mk_norm")
+    return root
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, token):  # noqa: F811
+    c = Cluster(tmp_path_factory.mktemp("cluster"), token)
+    c.start_supervisor()
+    nodes = [c.start_node(devices=1), c.start_node(devices=1)]
+    wait_for(lambda: all(c.joined(n) for n in nodes), 120, "two nodes joining")
+    yield c
+    c.close()
+
+
+def run(*args, timeout=1500):
+    return subprocess.run(["nice", "-n", "5", str(BIN), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def on_cluster(cluster):
+    return ["--cluster", f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token)]
+
+
+@pytest.fixture(scope="module")
+def cluster_run(suite, cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench_cluster")
+    proc = run("bench", suite, *on_cluster(cluster), "--budget-evals", 2, "--json",
+               work / "bench.json", "--html", work / "bench.html", "--out", work / "out")
+    assert (work / "bench.json").exists(), proc.stderr
+    return proc, json.loads((work / "bench.json").read_text()), work
+
+
+@pytest.fixture(scope="module")
+def embedded_run(suite, tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench_embedded")
+    proc = run("bench", suite, "--budget-evals", 2, "--nodes", 2, "--jobs", 2, "--state-dir",
+               work / "state", "--json", work / "bench.json")
+    assert (work / "bench.json").exists(), proc.stderr
+    return json.loads((work / "bench.json").read_text())
+
+
+def test_every_task_is_a_row_in_suite_order(cluster_run):
+    proc, b, _ = cluster_run
+    assert [t["relative"] for t in b["tasks"]] == ["mk_norm", "native/broken",
+                                                   "native/matmul"], proc.stderr
+    assert b["tasks_total"] == 3 and b["cluster"].startswith("127.0.0.1:")
+    assert b["backend"] == "model" and b["timing"] == "modeled"
+    # Not every task has a correct kernel (the malformed one): exit 1, as embedded.
+    assert proc.returncode == 1, proc.stderr
+
+
+def test_the_searched_rows_have_the_embedded_runs_fields(cluster_run, embedded_run):
+    _, b, _ = cluster_run
+    ours = {t["relative"]: t for t in b["tasks"]}
+    theirs = {t["relative"]: t for t in embedded_run["tasks"]}
+    for name in ("mk_norm", "native/matmul"):
+        t = ours[name]
+        assert t["error"] is None and t["evaluations"] >= 1, t
+        assert t["family"] != "unmatched" and t["compiled"] is True, t
+        # The cluster's result.json adds its counts; the rest is the embedded row's keys.
+        assert set(t) - {"nodes_lost", "redispatched"} == set(theirs[name]), name
+        assert t["nodes_lost"] == 0
+    assert set(b) - {"cluster"} == set(embedded_run)
+
+
+def test_a_malformed_spec_is_a_failed_row_with_its_reason(cluster_run):
+    _, b, _ = cluster_run
+    t = next(t for t in b["tasks"] if t["relative"] == "native/broken")
+    assert t["exit_code"] == 2 and t["correct"] is False, t
+    assert "broken.yaml" in t["error"], t
+
+
+def test_out_receives_each_tasks_outputs(cluster_run):
+    _, b, work = cluster_run
+    for name in ("mk_norm", "native/matmul"):
+        d = work / "out" / "graph" / name
+        assert (d / "kernel.py").exists() and (d / "graph.json").exists(), name
+        assert json.loads((d / "result.json").read_text())["task"] == \
+            next(t for t in b["tasks"] if t["relative"] == name)["task"]
+    html = (work / "bench.html").read_text()
+    assert "native/matmul" in html and "mk_norm" in html
+
+
+def test_bad_cluster_options_exit_2(suite, cluster, tmp_path):
+    proc = run("bench", suite, *on_cluster(cluster), "--modes", "auto,graph",
+               "--budget-evals", 2, "--json", tmp_path / "b.json")
+    assert proc.returncode == 2 and "--cluster runs one mode" in proc.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_workload_on_the_cluster_reports_its_task(cluster, tmp_path):
+    models = sorted((ROOT / "bench" / "workloads").glob("*.yaml"),
+                    key=lambda p: p.stat().st_size)
+    listing = run("workload", models[0], "--budget-evals", 1, "--json", "-", "--tasks",
+                  "no-such-task*", *on_cluster(cluster), timeout=120)
+    assert listing.returncode == 2, listing.stderr  # no task matches: bad input
+    proc = run("workload", models[0], "--budget-evals", 1, "--tasks", "*rmsnorm*", "--json",
+               tmp_path / "w.json", *on_cluster(cluster), "--out", tmp_path / "out")
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads((tmp_path / "w.json").read_text())
+    rows = report["bench"]["tasks"]
+    assert len(rows) >= 1 and all(r["error"] is None for r in rows), rows
+    assert report["bench"]["cluster"].startswith("127.0.0.1:")
