@@ -6,6 +6,7 @@
 #include "cluster/curve_handshake_watch.hpp"
 #include "cluster/secure_transport.hpp"
 #include "config/cluster_config.hpp"
+#include "config/native_spec_loader.hpp"
 #include "maxkernel/schema/common.capnp.h"
 #include "messages/capnp_io.hpp"
 
@@ -34,6 +35,20 @@ std::vector<std::pair<std::string, std::string>> task_files(const fs::path& spec
   is_dir = fs::is_directory(spec, ec);
   if (!is_dir) {
     files.emplace_back(spec.filename().string(), read_whole_file(spec));
+    // A native spec's baseline kernel (`baseline: baselines/x.py`) travels beside it, at the
+    // same path relative to the spec; one outside the spec's directory cannot (the
+    // supervisor refuses paths that leave the task) and is reported there.
+    capnp::MallocMessageBuilder msg;
+    config::spec_load_options opts;
+    opts.memory_limit_bytes = UINT64_MAX;  // the supervisor judges the size
+    config::spec_error err;
+    if (config::load_native_spec(spec.string(), opts, msg.initRoot<schema::KernelSpec>(), err)) {
+      fs::path baseline = msg.getRoot<schema::KernelSpec>().getBaselinePath().cStr();
+      auto rel = baseline.empty() ? fs::path() : baseline.lexically_relative(
+                                                   fs::absolute(spec, ec).parent_path());
+      if (!rel.empty() && *rel.begin() != ".." && fs::is_regular_file(baseline, ec))
+        files.emplace_back(rel.string(), read_whole_file(baseline));
+    }
     return files;
   }
   for (auto it = fs::recursive_directory_iterator(spec, ec); it != fs::recursive_directory_iterator();

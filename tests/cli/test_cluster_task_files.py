@@ -95,3 +95,27 @@ def test_a_task_directory_reaches_a_node_that_cannot_see_the_supervisors_disk(cl
 
     # What comes back names no path of the node's.
     assert "maxkernel-tasks-" not in (out / "kernel.py").read_text()
+
+
+def test_a_native_specs_baseline_beside_it_travels_with_the_submission(cluster, tmp_path):
+    # `baseline: baselines/k.py` is read relative to the spec: the client ships the file
+    # with the spec (the supervisor refused such a spec before: "does not exist").
+    task = tmp_path / "task"
+    (task / "baselines").mkdir(parents=True)
+    spec = task / "matmul_with_baseline.yaml"
+    spec.write_text((ROOT / "examples" / "matmul" / "spec.yaml").read_text()
+                    + "baseline: baselines/k.py\n")
+    (task / "baselines" / "k.py").write_text((ROOT / "examples" / "matmul" / "kernel.py").read_text())
+    cluster.start_supervisor()
+    node = cluster.start_node()
+    wait_for(lambda: cluster.joined(node) or node.poll() is not None, 240, "the node to join")
+    out = tmp_path / "out"
+    proc = finish(subprocess.Popen(
+        [str(BIN), "optimize", str(spec), "--budget-evals", "1", "--cluster",
+         f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    assert proc.returncode in (0, 1), proc.stderr_text
+    result = json.loads((out / "result.json").read_text())
+    assert result["baseline_time_us"] > 0, result
+    submissions = list((cluster.state / "submissions").iterdir())
+    assert (submissions[0] / "task" / "baselines" / "k.py").is_file()
