@@ -44,6 +44,29 @@ int64_t elements(const std::vector<int64_t>& s) {
   return n;
 }
 
+// Seeds the request with every graph input of the main input's full shape (blocked as the
+// space maps it) and asks for every graph output; the indices of the seeded inputs, or none
+// when an input's dims do not map onto the space.
+std::optional<std::vector<int>> seed_full_inputs(const graph_view& g,
+                                                 const std::vector<int64_t>& shape,
+                                                 block_request& req) {
+  std::vector<int> seeded;
+  for (unsigned k = 0; k < g.input_count(); ++k) {
+    value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
+    if (g.shape(v) != shape)
+      continue;
+    block_seed sd;
+    sd.value = v;
+    if (!map_dims_to_factors(shape, req.space, sd.dims))
+      return std::nullopt;
+    req.seeds.push_back(sd);
+    seeded.push_back(static_cast<int>(k));
+  }
+  for (unsigned k = 0; k < g.output_count(); ++k)
+    req.outputs.push_back(g.output(k));
+  return seeded;
+}
+
 class rowwise_template final : public kernel_template {
 public:
   std::string name() const override { return "rowwise"; }
@@ -87,20 +110,10 @@ public:
     block_request req;
     req.space = space;
     req.name = "rows";
-    std::vector<int> seed_inputs;
-    for (unsigned k = 0; k < g.input_count(); ++k) {
-      value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
-      if (g.shape(v) != shape)
-        continue;
-      block_seed sd;
-      sd.value = v;
-      if (!map_dims_to_factors(shape, space, sd.dims))
-        return std::nullopt;
-      req.seeds.push_back(sd);
-      seed_inputs.push_back(static_cast<int>(k));
-    }
-    for (unsigned k = 0; k < g.output_count(); ++k)
-      req.outputs.push_back(g.output(k));
+    auto seeded = seed_full_inputs(g, shape, req);
+    if (!seeded)
+      return std::nullopt;
+    std::vector<int> seed_inputs = std::move(*seeded);
     block_program prog;
     std::string why;
     if (!build_block_program(g, req, prog, why) || prog.reduced[0] || !prog.reduced[1] ||
@@ -216,20 +229,10 @@ public:
     req.space = space;
     req.name = "rows";
     req.stream_axis = 1;
-    std::vector<int> seed_inputs;
-    for (unsigned k = 0; k < g.input_count(); ++k) {
-      value_ref v{value_ref::kind::input, static_cast<int>(k), ""};
-      if (g.shape(v) != shape)
-        continue;
-      block_seed s;
-      s.value = v;
-      if (!map_dims_to_factors(shape, space, s.dims))
-        return std::nullopt;
-      req.seeds.push_back(s);
-      seed_inputs.push_back(static_cast<int>(k));
-    }
-    for (unsigned k = 0; k < g.output_count(); ++k)
-      req.outputs.push_back(g.output(k));
+    auto seeded = seed_full_inputs(g, shape, req);
+    if (!seeded)
+      return std::nullopt;
+    std::vector<int> seed_inputs = std::move(*seeded);
     block_program prog;
     std::string why;
     // `why` says what the generator could not express; a reduction over rows is not a
