@@ -35,8 +35,8 @@ cluster_outcome run_cluster_submission(const cluster_submission& sub,
 
 // The options `bench` would give one task's search, as optimize's command line (the
 // settings of `search` that a submission carries; --brains names a file on the
-// supervisor's host, as with optimize --cluster; --resume, --state-dir, --nodes, --workers
-// are the supervisor's).
+// supervisor's host, as with optimize --cluster; --resume resumes from the supervisor's
+// state; --state-dir, --nodes, --workers are the supervisor's own).
 std::vector<std::string> search_args(const optimize_options& search);
 
 // `args`: the options to send (the command line without SPEC and the local --out, --json,
