@@ -217,6 +217,8 @@ parsed_operator_command parse_operator_command(const std::string& line) {
     return no_arguments(local(operator_command::action::show));
   if (verb == "help")
     return local(operator_command::action::help);
+  if (verb == "release")
+    return no_arguments(local(operator_command::action::release));
   if (verb == "quit" || verb == "detach")
     return no_arguments(local(operator_command::action::quit));
   return fail("unknown command '" + verb + "' (help lists the commands)");
@@ -256,6 +258,8 @@ const char* operator_command_help() {
          "console:\n"
          "  show                       print the waiting proposal again\n"
          "  help                       this list\n"
+         "  release                    give up the hitl floor (your first decision took it;\n"
+         "                             one shell decides at a time)\n"
          "  quit | detach              leave (the search goes on)\n";
 }
 

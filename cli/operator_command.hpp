@@ -13,7 +13,8 @@
 namespace maxkernel::cli {
 
 struct operator_command {
-  enum class action { none, decide, show, help, quit };  // none: a blank or # comment line
+  // none: a blank or # comment line; release: give up the hitl floor
+  enum class action { none, decide, show, help, quit, release };
   action what = action::none;
   schema::DecisionKind kind = schema::DecisionKind::APPROVE;
   std::string text;                                          // reject: feedback; hint

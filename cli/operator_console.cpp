@@ -440,6 +440,9 @@ int run_console(const console_options& options, std::istream& in, std::ostream& 
           detach();
           print("detached");
           return 0;
+        case operator_command::action::release:
+          send(command_bytes([](auto c) { c.setRelease(); }));
+          break;
         case operator_command::action::decide:
           send(encode_decision(parsed.command, waiting_seq));
           decision_sent = true;

@@ -152,7 +152,21 @@ struct gateway_state {
   std::string welcome;
   std::map<std::string, std::string> shells;  // ZeroMQ identity -> operator name
   std::optional<waiting_proposal> waiting;
+  // The shell that holds the hitl floor ("" : free). Several shells may watch; one decides
+  // at a time so that two operators never answer proposals in turn without knowing it.
+  std::string floor;
   bool ended = false;  // an `ended` went out
+
+  // The floor goes free when its holder detaches, is detached for silence, or releases it.
+  void free_floor(const std::string& identity, const std::string& why) {
+    if (floor.empty() || floor != identity)
+      return;
+    auto it = shells.find(identity);
+    std::string name = it == shells.end() ? "the operator" : it->second;
+    floor.clear();
+    broadcast(make_floor_notice("the hitl floor is free: " + name + " " + why));
+  }
+  static std::string make_floor_notice(const std::string& text);
 
   void send_to(const std::string& identity, const std::string& bytes) {
     try {
@@ -181,6 +195,10 @@ std::string make_event(Fill fill) {
 
 std::string refused_event(const std::string& why) {
   return make_event([&](auto ev) { ev.setRefused(why); });
+}
+
+std::string gateway_state::make_floor_notice(const std::string& text) {
+  return make_event([&](auto ev) { ev.setNotice(text); });
 }
 
 gateway_state::~gateway_state() {
@@ -261,10 +279,20 @@ void on_decision(gateway* self, const std::string& id, const std::string& name,
                                  + std::to_string(st.waiting->seq)));
     return;
   }
+  if (!st.floor.empty() && st.floor != id) {
+    auto holder = st.shells.find(st.floor);
+    st.send_to(id, refused_event(
+                     "decision #" + std::to_string(seq) + ": "
+                     + (holder == st.shells.end() ? std::string("another shell") : holder->second)
+                     + " holds the hitl floor (one operator decides at a time; it is free once "
+                       "they release it or detach)"));
+    return;
+  }
   if (auto why = check_decision(d); !why.empty()) {
     st.send_to(id, refused_event("decision #" + std::to_string(seq) + ": " + why));
     return;
   }
+  st.floor = id;  // the first decision takes a free floor
   capnp::MallocMessageBuilder msg;
   msg.setRoot(d);
   auto copy = msg.getRoot<schema::Decision>();
@@ -314,7 +342,15 @@ void on_frame(gateway* self, const std::string& id, const std::string& body, uin
       st.send_to(id, make_event([](auto ev) { ev.setPong(); }));
       return;
     case schema::OperatorCommand::DETACH:
-      st.shells.erase(shell);
+      st.free_floor(id, "detached");
+      st.shells.erase(id);
+      return;
+    case schema::OperatorCommand::RELEASE:
+      if (st.floor != id) {
+        st.send_to(id, refused_event("release: this shell does not hold the hitl floor"));
+        return;
+      }
+      st.free_floor(id, "released it");
       return;
     case schema::OperatorCommand::DECISION:
       on_decision(self, id, shell->second, cmd.getDecision());
@@ -372,7 +408,10 @@ caf::behavior gateway_behavior(gateway* self, std::shared_ptr<gateway_io> io,
     [self](frame_atom, const std::string& id, const std::string& body, uint32_t frames) {
       on_frame(self, id, body, frames);
     },
-    [self](expire_atom, const std::string& id) { self->state.shells.erase(id); },
+    [self](expire_atom, const std::string& id) {
+      self->state.free_floor(id, "was detached (silent)");
+      self->state.shells.erase(id);
+    },
   };
 }
 

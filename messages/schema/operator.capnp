@@ -75,6 +75,8 @@ struct OperatorCommand {
     ping @3 :Void;             # keeps the attachment alive (a shell silent for the gateway's
                                # liveness period is detached); answered with pong
     detach @4 :Void;
+    release @5 :Void;          # gives up the hitl floor: one shell decides at a time, the
+                               # first to decide holds it until it releases it or detaches
   }
 }
 

@@ -56,6 +56,7 @@ TEST(OperatorCommand, LocalCommandsAndBlankLines) {
   EXPECT_EQ(ok("help").what, operator_command::action::help);
   EXPECT_EQ(ok("quit").what, operator_command::action::quit);
   EXPECT_EQ(ok("detach").what, operator_command::action::quit);
+  EXPECT_EQ(ok("release").what, operator_command::action::release);
   EXPECT_EQ(ok("").what, operator_command::action::none);
   EXPECT_EQ(ok("   # a comment in a script").what, operator_command::action::none);
 }

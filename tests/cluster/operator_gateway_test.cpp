@@ -59,6 +59,7 @@ public:
   void attach(const std::string& name) { command([&](auto c) { c.setAttach(name); }); }
   void ping() { command([](auto c) { c.setPing(); }); }
   void detach() { command([](auto c) { c.setDetach(); }); }
+  void release() { command([](auto c) { c.setRelease(); }); }
   void decide(uint32_t seq, DecisionKind kind,
               const std::function<void(schema::Decision::Builder)>& more = {}) {
     command([&](auto c) {
@@ -286,6 +287,61 @@ TEST_F(OperatorGateway, ProposalGoesToEveryShellAndTheFirstDecisionAnswers) {
   auto r = alice.expect("refused");
   EXPECT_NE(r.text.find("no proposal is waiting"), std::string::npos) << r.text;
   EXPECT_TRUE(bob.quiet());
+}
+
+// Several shells watch; one holds the hitl floor: the first to decide, until it releases it
+// or detaches. Another shell's decision is refused with the holder's name.
+TEST_F(OperatorGateway, OneShellHoldsTheFloorUntilItReleasesOrDetaches) {
+  shell alice(ctx_, endpoint_), bob(ctx_, endpoint_);
+  alice.attach("alice");
+  bob.attach("bob");
+  alice.expect("welcome");
+  bob.expect("welcome");
+  auto h1 = self_->request(gw_, 5s, messages::propose_atom::value, proposal(1, 0));
+  alice.expect("proposal");
+  bob.expect("proposal");
+  alice.decide(1, DecisionKind::APPROVE);  // takes the free floor
+  ASSERT_TRUE(answer(h1));
+  alice.expect("decided");
+  bob.expect("decided");
+
+  auto h2 = self_->request(gw_, 5s, messages::propose_atom::value, proposal(2, 1));
+  alice.expect("proposal");
+  bob.expect("proposal");
+  bob.decide(2, DecisionKind::STOP);
+  auto r = bob.expect("refused");
+  EXPECT_NE(r.text.find("alice holds the hitl floor"), std::string::npos) << r.text;
+  EXPECT_TRUE(alice.quiet());
+  bob.release();  // bob holds nothing to release
+  r = bob.expect("refused");
+  EXPECT_NE(r.text.find("does not hold"), std::string::npos) << r.text;
+
+  alice.release();
+  for (auto* s : {&alice, &bob}) {
+    auto n = s->expect("notice");
+    EXPECT_NE(n.text.find("the hitl floor is free: alice released it"), std::string::npos)
+      << n.text;
+  }
+  bob.decide(2, DecisionKind::REJECT);  // the floor is bob's now
+  auto got = answer(h2);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->op, "bob");
+  alice.expect("decided");
+  bob.expect("decided");
+
+  auto h3 = self_->request(gw_, 5s, messages::propose_atom::value, proposal(3, 2));
+  alice.expect("proposal");
+  bob.expect("proposal");
+  alice.decide(3, DecisionKind::APPROVE);
+  r = alice.expect("refused");
+  EXPECT_NE(r.text.find("bob holds the hitl floor"), std::string::npos) << r.text;
+  bob.detach();  // its floor goes with it
+  auto n = alice.expect("notice");
+  EXPECT_NE(n.text.find("the hitl floor is free: bob detached"), std::string::npos) << n.text;
+  alice.decide(3, DecisionKind::APPROVE);
+  got = answer(h3);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->op, "alice");
 }
 
 TEST_F(OperatorGateway, WrongSeqIsRefusedToThatShellOnly) {
