@@ -48,6 +48,23 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
+// One row per task, `jobs` tasks at a time; row i is task(i), in suite order whatever the
+// finishing order.
+template <class Task>
+std::vector<json> rows_on_threads(unsigned jobs, size_t n, Task task) {
+  std::vector<json> rows(n);
+  std::atomic<unsigned> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned j = 0; j < jobs; ++j)
+    threads.emplace_back([&] {
+      for (unsigned i = next++; i < n; i = next++)
+        rows[i] = task(i);
+    });
+  for (auto& t : threads)
+    t.join();
+  return rows;
+}
+
 bool parse_modes(const std::string& text, std::vector<std::string>& modes, std::string& error) {
   std::stringstream in(text);
   std::string m;
@@ -372,16 +389,9 @@ int run_mode_on_cluster(const bench_options& opts, const std::string& mode,
   auto scratch = fs::temp_directory_path(ec) /
                  fmt::format("maxkernel-bench-{}-{}", ::getpid(), mode);
   bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
-  std::vector<json> rows(tasks.size());
-  std::atomic<unsigned> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned j = 0; j < jobs; ++j)
-    threads.emplace_back([&] {
-      for (unsigned i = next++; i < tasks.size(); i = next++)
-        rows[i] = run_cluster_task(opts, mode, tasks[i], i, progress, scratch);
-    });
-  for (auto& t : threads)
-    t.join();
+  auto rows = rows_on_threads(jobs, tasks.size(), [&](unsigned i) {
+    return run_cluster_task(opts, mode, tasks[i], i, progress, scratch);
+  });
   progress.close();
   fs::remove_all(scratch, ec);
   // What the supervisor's runs said about where they ran.
@@ -434,16 +444,9 @@ int run_mode(const bench_options& opts, const std::string& mode, bool own_store,
   auto pool = agents::spawn_agent_pool(session.system(), agents::make_brain_chains(brains));
   bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
   bench_run run{opts, mode, session, pool, sopts.state_dir, opts.out, progress};
-  std::vector<json> rows(tasks.size());
-  std::atomic<unsigned> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned j = 0; j < jobs; ++j)
-    threads.emplace_back([&] {
-      for (unsigned i = next++; i < tasks.size(); i = next++)
-        rows[i] = run_task(run, tasks[i], i);
-    });
-  for (auto& t : threads)
-    t.join();
+  auto rows = rows_on_threads(jobs, tasks.size(), [&](unsigned i) {
+    return run_task(run, tasks[i], i);
+  });
   progress.close();
   agents::stop_agent_pool(pool);
 
