@@ -559,17 +559,21 @@ void on_expire(dispatcher* self, uint64_t id) {
   st.jobs.erase(id);
 }
 
+// Load and analyze: how many times a worker may die under one before its death is the
+// task's (a reference that kills every worker) rather than the host's (a killed process).
+constexpr unsigned side_crashes_tolerated = 2;
+
 // Load, analyze, info: one node answers; a node that cannot be reached is taken as lost
 // and the next one is asked (info only when the node is gone, not when it is slow).
 template <class... Ts>
 void forward(dispatcher* self, caf::response_promise rp, bool first, milliseconds timeout,
-             Ts... args) {
+             unsigned crashes, Ts... args) {
   auto& st = self->state;
   auto node = first ? first_alive(st) : side_node(st);
   if (!node && st.config.wait_for_nodes) {
     // Asked again when a node joins; the requester's own timeout bounds the wait.
-    st.parked.push_back([self, rp, first, timeout, args...]() mutable {
-      forward(self, rp, first, timeout, args...);
+    st.parked.push_back([self, rp, first, timeout, crashes, args...]() mutable {
+      forward(self, rp, first, timeout, crashes, args...);
     });
     return;
   }
@@ -590,7 +594,7 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
             n.node_id = std::move(id);
         rp.deliver(std::move(reply));
       },
-      [self, rp, i, first, timeout, args...](caf::error& err) mutable {
+      [self, rp, i, first, timeout, crashes, args...](caf::error& err) mutable {
         auto& n = self->state.nodes[i];
         if (n.side > 0)
           --n.side;
@@ -599,7 +603,15 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
             && another_taker(self->state, i)) {
           // Full, or no worker running there (killed, restarting): another node takes it.
           refusing(self, i);
-          forward(self, rp, first, timeout, args...);
+          forward(self, rp, first, timeout, crashes, args...);
+          return;
+        }
+        if (code == error_code::worker_crashed && !first && crashes < side_crashes_tolerated) {
+          // The worker died under the reference: asked again, on another node when there is
+          // one (this one restarts its worker meanwhile).
+          if (another_taker(self->state, i))
+            refusing(self, i);
+          forward(self, rp, first, timeout, crashes + 1, args...);
           return;
         }
         if (!unreachable(err)) {
@@ -615,7 +627,7 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
         }
         node_lost(self, i);
         dispatch(self);
-        forward(self, rp, first, timeout, args...);
+        forward(self, rp, first, timeout, crashes, args...);
       });
 }
 
@@ -754,27 +766,27 @@ caf::behavior dispatcher_behavior(dispatcher* self, std::vector<messages::tpu_no
     [self](messages::load_atom, std::string& path) {
       auto rp = self->make_response_promise();
       auto& c = self->state.config;
-      forward(self, rp, false, c.default_deadline + c.reply_margin, messages::load_atom::value,
-              std::move(path));
+      forward(self, rp, false, c.default_deadline + c.reply_margin, 0u,
+              messages::load_atom::value, std::move(path));
       return rp;
     },
     [self](messages::load_atom, payload& request) {
       auto rp = self->make_response_promise();
       auto& c = self->state.config;
-      forward(self, rp, false, c.default_deadline + c.reply_margin, messages::load_atom::value,
-              std::move(request));
+      forward(self, rp, false, c.default_deadline + c.reply_margin, 0u,
+              messages::load_atom::value, std::move(request));
       return rp;
     },
     [self](messages::analyze_atom, payload& request) {
       auto rp = self->make_response_promise();
       auto& c = self->state.config;
-      forward(self, rp, false, c.default_deadline + c.reply_margin,
+      forward(self, rp, false, c.default_deadline + c.reply_margin, 0u,
               messages::analyze_atom::value, std::move(request));
       return rp;
     },
     [self](messages::info_atom) {
       auto rp = self->make_response_promise();
-      forward(self, rp, true, self->state.config.info_timeout, messages::info_atom::value);
+      forward(self, rp, true, self->state.config.info_timeout, 0u, messages::info_atom::value);
       return rp;
     },
     [self](messages::status_atom) { return status(self); },

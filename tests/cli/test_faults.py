@@ -26,6 +26,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 
 import pytest
@@ -62,6 +63,14 @@ def explained(what, check, *args):
         raise AssertionError(f"{what}: {e}") from e
 
 
+def signal_group(pid, sig):
+    """Signals a process group that may have gone meanwhile."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def same_as_fault_free(r, fault_free):
     check_complete(r)
     assert [identity(v) for v in r.vertices] == [identity(v) for v in fault_free.vertices]
@@ -80,26 +89,36 @@ def test_nodes_killed_and_frozen_several_times_lose_nothing(cluster, fault_free)
     seed = fault_seed()
     rng = random.Random(seed)
     nodes, out, proc = start_search_on_three_nodes(cluster)
-    live, faults = list(nodes), []
-    while proc.poll() is None and len(faults) < 6:
-        time.sleep(rng.uniform(1.0, 8.0))
+    live, faults, frozen = list(nodes), [], []
+    stored = 0
+    while proc.poll() is None and len(faults) < 4:
+        # A random moment once one more evaluation was stored: every fault lands while the
+        # search still has work, however fast or slow this machine is.
+        target = stored + 1
+        wait_for(lambda: stored_evaluations(cluster.state) >= target or proc.poll() is not None,
+                 600, f"a stored evaluation (seed {seed})")
+        time.sleep(rng.uniform(0.0, 1.0))
         if proc.poll() is not None:
             break
+        stored = stored_evaluations(cluster.state)
         victim = rng.randrange(len(live))
         node = live[victim]
         if rng.random() < 0.5:
             os.killpg(node.pid, signal.SIGKILL)
             live[victim] = cluster.start_node()
-            faults.append(f"SIGKILL node pid {node.pid}")
+            faults.append(f"SIGKILL node pid {node.pid} at {stored} stored")
         else:
             # Longer than the supervisor's connection timeout (5 s, config/cluster_config.hpp):
-            # taken as lost, then back.
-            frozen = rng.uniform(6.0, 9.0)
+            # taken as lost, then back. Thawed by a timer: the search goes on meanwhile.
+            seconds = rng.uniform(6.0, 9.0)
             os.killpg(node.pid, signal.SIGSTOP)
-            time.sleep(frozen)
-            os.killpg(node.pid, signal.SIGCONT)
-            faults.append(f"SIGSTOP node pid {node.pid} for {frozen:.1f} s")
+            thaw = threading.Timer(seconds, signal_group, (node.pid, signal.SIGCONT))
+            thaw.start()
+            frozen.append(thaw)
+            faults.append(f"SIGSTOP node pid {node.pid} for {seconds:.1f} s at {stored} stored")
     r = Result(finish(proc), out)
+    for thaw in frozen:
+        thaw.join()
     what = f"seed {seed}, faults {faults}"
     assert len(faults) >= 2, f"{what}: the search ended before the second fault"
     explained(what, same_as_fault_free, r, fault_free)

@@ -51,6 +51,7 @@ struct device_book {
   std::vector<entry> received;
   std::map<std::string, unsigned> busy;      // evaluations held now
   std::map<std::string, unsigned> max_busy;  // the most held at once
+  std::map<std::string, unsigned> analyses;  // analyze requests received
 
   std::vector<std::string> candidates_at(const std::string& device) const {
     std::vector<std::string> out;
@@ -80,6 +81,10 @@ struct device_setup {
     delay_for[candidate] = d;
     return *this;
   }
+  device_setup& crashing_analyses(unsigned n) {
+    analyze_crashes = n;
+    return *this;
+  }
 
   std::string name;
   milliseconds delay{1'000};            // an evaluation takes this long
@@ -87,6 +92,7 @@ struct device_setup {
   bool silent = false;                  // never answers an evaluation (a frozen host)
   error_code fail = error_code::none;   // answers every evaluation with this error
   std::map<std::string, milliseconds> delay_for;  // candidates that take longer (or shorter)
+  unsigned analyze_crashes = 0;         // its worker dies under this many analyze requests
 };
 
 struct device_state {
@@ -174,7 +180,13 @@ caf::behavior standin_device(caf::stateful_actor<device_state>* self, device_set
                    + ":" + std::to_string(load ? load->root<schema::LoadRequest>().getTaskFiles().size() : 0));
       return messages::make_payload<schema::KernelSpec>(msg);
     },
-    [self](messages::analyze_atom, payload&) {
+    [self](messages::analyze_atom, payload&) -> caf::result<payload> {
+      auto& st = self->state;
+      ++st.book->analyses[st.setup.name];
+      if (st.setup.analyze_crashes > 0) {
+        --st.setup.analyze_crashes;
+        return messages::make_error(error_code::worker_crashed, st.setup.name + ": the worker died");
+      }
       capnp::MallocMessageBuilder msg;
       auto spec = msg.initRoot<schema::KernelSpec>();
       spec.setSchemaVersion(schema::SCHEMA_VERSION);
@@ -752,6 +764,42 @@ TEST_F(Dispatcher, LoadAnalyzeAndInfoAreForwarded) {
     analyzed = msg->root<schema::KernelSpec>().getName();
   }));
   EXPECT_EQ(analyzed, "d1");
+}
+
+// A worker that dies under the reference's analysis is the host's trouble (a killed process)
+// until it happens again: asked again, on another node first; the third death is the answer.
+TEST_F(Dispatcher, AnAnalysisWhoseWorkerDiedIsAskedAgainElsewhereUpToTwice) {
+  auto analyze = [&](messages::dispatcher_actor d) {
+    env.self->send(d, messages::analyze_atom::value, payload{});
+    env.run_messages();
+    std::string out;
+    EXPECT_TRUE(env.receive_now(
+      [&](payload& p) {
+        std::string err;
+        auto msg = messages::open_payload<schema::KernelSpec>(p, err);
+        ASSERT_TRUE(msg) << err;
+        out = msg->root<schema::KernelSpec>().getName();
+      },
+      [&](caf::error& e) { out = "error: " + messages::message_of(e); }));
+    return out;
+  };
+  auto d = dispatcher({device(device_setup("d0").crashing_analyses(1)), device(device_setup("d1"))});
+  EXPECT_EQ(analyze(d), "d1");
+  EXPECT_EQ(book->analyses["d0"], 1u);
+  EXPECT_EQ(book->analyses["d1"], 1u);
+
+  // One node: the same node again, once its worker is back.
+  book->analyses.clear();
+  auto one = dispatcher({device(device_setup("solo").crashing_analyses(2))});
+  EXPECT_EQ(analyze(one), "solo");
+  EXPECT_EQ(book->analyses["solo"], 3u);
+
+  // Dying every time: the reference's doing, after three tries.
+  book->analyses.clear();
+  auto doomed = dispatcher({device(device_setup("a").crashing_analyses(9)),
+                            device(device_setup("b").crashing_analyses(9))});
+  EXPECT_EQ(analyze(doomed), "error: b: the worker died");
+  EXPECT_EQ(book->analyses["a"] + book->analyses["b"], 3u);
 }
 
 // ---------------------------------------------------------------- chip-aware dispatch
