@@ -8,9 +8,9 @@
 #include "cli/brain_options.hpp"
 #include "cli/cluster_client.hpp"
 #include "cli/hint_operator.hpp"
+#include "cli/interrupt_stop.hpp"
 #include "cli/optimize_outputs.hpp"
 #include "cli/output_file.hpp"
-#include "cli/profile_report.hpp"
 #include "cli/task_search.hpp"
 #include "cli/task_session.hpp"
 #include "config/brain_config.hpp"
@@ -41,8 +41,6 @@ using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-constexpr unsigned timing_runs = 13;  // the worker's default warm-up (3) and timed (10) runs
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -122,39 +120,13 @@ json failed_row(const suite_task& task, const std::string& mode, const std::stri
           {"best_speedup_per_candidate", json::array()}};
 }
 
-// What a bench row adds to result.json: the family, whether anything lowered, the best
-// kernel's profile, and the search's cost in worker and (modeled) device seconds.
-void add_bench_fields(json& row, schema::OptimizeResult::Reader result) {
-  auto vertices = result.getVertices();
-  std::string tmpl;
+// What a bench row adds to result.json: the family of the best kernel, else of the first
+// candidate ("" when the search had none).
+void add_family(json& row, const std::string& first_template) {
+  std::string tmpl = first_template;
   if (row.contains("best_candidate"))
     tmpl = row["best_candidate"].value("template", std::string());
-  else if (vertices.size() > 0)
-    tmpl = vertices[0].getCandidate().getTemplate().cStr();
   row["family"] = kernel_family(tmpl);
-  bool compiled = false;
-  double worker = 0, device = 0;
-  for (auto v : vertices) {
-    if (!v.getHasResult())
-      continue;
-    for (auto p : v.getResult().getPhases()) {
-      worker += p.getSeconds();
-      compiled |= p.getPhase() == schema::Phase::LOWER && p.getStatus() == schema::Status::OK;
-    }
-    device += v.getTimeUs() * timing_runs / 1e6;
-  }
-  row["compiled"] = compiled;
-  row["worker_seconds"] = worker;
-  row["device_seconds"] = device;
-  row["profile"] = nullptr;
-  if (row.contains("best_candidate")) {
-    auto index = row["best_candidate"].value("vertex", -1);
-    if (index >= 0 && static_cast<unsigned>(index) < vertices.size()) {
-      auto r = vertices[static_cast<unsigned>(index)].getResult();
-      if (r.getHasProfile())
-        row["profile"] = profile_json(r.getProfile());
-    }
-  }
 }
 
 struct bench_run {
@@ -215,7 +187,9 @@ json run_task(bench_run& run, const suite_task& task, unsigned index) {
   row["relative"] = task.relative;
   row["error"] = nullptr;
   row["exit_code"] = row["correct"].get<bool>() ? 0 : 1;
-  add_bench_fields(row, result);
+  add_family(row, result.getVertices().size() > 0
+                    ? std::string(result.getVertices()[0].getCandidate().getTemplate().cStr())
+                    : std::string());
   if (!run.out_dir.empty()) {
     auto dir = (fs::path(run.out_dir) / run.mode / task.relative).string();
     if (!make_output_dir(dir, error) ||
@@ -259,39 +233,15 @@ json mode_header(const bench_options& opts, const std::string& mode, const std::
           {"wall_seconds", seconds_since(started)}};
 }
 
-// The bench fields of a row searched on a cluster, from the outputs it sent back (the
-// search's OptimizeResult stays on the supervisor): the family of the best kernel (else
-// the first candidate), whether any candidate lowered (it has a time, is correct, or failed
-// in a phase after lowering), and the modeled device seconds as embedded. The worker's
-// phase seconds and the best kernel's profile are not in those outputs: 0 and null.
-void add_cluster_bench_fields(json& row, const fs::path& graph_file) {
-  json graph;
+// The first candidate's template of a search run on a cluster, from the graph.json it sent
+// back (the supervisor's result.json already has the search's cost and the best profile).
+std::string first_template(const fs::path& graph_file) {
   std::ifstream in(graph_file);
-  if (in)
-    graph = json::parse(in, nullptr, false);
-  const json& vertices =
-    graph.is_object() && graph.contains("vertices") ? graph["vertices"] : json::array();
-  std::string tmpl;
-  if (row.contains("best_candidate"))
-    tmpl = row["best_candidate"].value("template", std::string());
-  else if (!vertices.empty())
-    tmpl = vertices[0].value("template", std::string());
-  row["family"] = kernel_family(tmpl);
-  static const std::set<std::string> after_lowering{"wrongOutput", "mismatch", "nonFinite",
-                                                    "runtimeError", "rewardHack"};
-  bool compiled = false;
-  double device = 0;
-  for (const auto& v : vertices) {
-    bool timed = v["time_us"].is_number();
-    compiled |= timed || v.value("correct", false) ||
-                after_lowering.count(v.value("failure_class", std::string())) > 0;
-    if (timed)
-      device += v["time_us"].get<double>() * timing_runs / 1e6;
-  }
-  row["compiled"] = compiled;
-  row["worker_seconds"] = 0.0;
-  row["device_seconds"] = device;
-  row["profile"] = nullptr;
+  json graph = in ? json::parse(in, nullptr, false) : json();
+  if (!graph.is_object() || !graph.contains("vertices") || !graph["vertices"].is_array()
+      || graph["vertices"].empty() || !graph["vertices"][0].is_object())
+    return "";
+  return graph["vertices"][0].value("template", std::string());
 }
 
 // The last "error: ..." line a run printed, without the prefix ("" none).
@@ -307,7 +257,7 @@ std::string last_error_line(const std::string& text) {
 // One task as an optimize submission to the cluster: its row as run_task's.
 json run_cluster_task(const bench_options& opts, const std::string& mode,
                       const suite_task& task, unsigned index, bench_progress& progress,
-                      const fs::path& scratch) {
+                      const fs::path& scratch, const std::atomic<bool>& interrupted) {
   auto started = clock_type::now();
   auto search = opts.search;
   search.mode = mode;
@@ -327,6 +277,7 @@ json run_cluster_task(const bench_options& opts, const std::string& mode,
     sub.spec = task.path;
     sub.args = search_args(search);
     sub.out = out.string();
+    sub.interrupted = &interrupted;
     sub.on_output = [&](const std::string& text, int stream) {
       if (stream == 2)
         printed += text;
@@ -347,7 +298,7 @@ json run_cluster_task(const bench_options& opts, const std::string& mode,
       row["relative"] = task.relative;
       row["error"] = nullptr;
       row["exit_code"] = row.value("correct", false) ? 0 : 1;
-      add_cluster_bench_fields(row, out / "graph.json");
+      add_family(row, first_template(out / "graph.json"));
     }
   }
   if (opts.out.empty()) {
@@ -389,8 +340,13 @@ int run_mode_on_cluster(const bench_options& opts, const std::string& mode,
   auto scratch = fs::temp_directory_path(ec) /
                  fmt::format("maxkernel-bench-{}-{}", ::getpid(), mode);
   bench_progress progress(std::cerr, mode, static_cast<unsigned>(tasks.size()));
+  // Ctrl-C stops every running search (their rows come back with the best so far) and
+  // submits no more tasks (failed rows: interrupted); again, it ends this client at once.
+  std::atomic<bool> interrupted{false};
+  interrupt_stop ctrl_c(std::cerr);
+  ctrl_c.on_search(stop_by_flag(interrupted));
   auto rows = rows_on_threads(jobs, tasks.size(), [&](unsigned i) {
-    return run_cluster_task(opts, mode, tasks[i], i, progress, scratch);
+    return run_cluster_task(opts, mode, tasks[i], i, progress, scratch, interrupted);
   });
   progress.close();
   fs::remove_all(scratch, ec);

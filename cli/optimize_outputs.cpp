@@ -233,6 +233,41 @@ std::string report_html(schema::KernelSpec::Reader spec, schema::OptimizeResult:
 
 }  // namespace
 
+namespace {
+
+// The worker's default warm-up (3) and timed (10) runs: what one timed evaluation costs the
+// device, in multiples of the kernel's time.
+constexpr unsigned timing_runs = 13;
+
+// What the search cost: whether any candidate lowered, the worker's phase seconds, the
+// device seconds of its timing runs (modeled or measured, as the timing field says), and the
+// best kernel's profile.
+void add_search_cost(json& j, schema::OptimizeResult::Reader result, int best_vertex) {
+  auto vertices = result.getVertices();
+  bool compiled = false;
+  double worker = 0, device = 0;
+  for (auto v : vertices) {
+    if (!v.getHasResult())
+      continue;
+    for (auto p : v.getResult().getPhases()) {
+      worker += p.getSeconds();
+      compiled |= p.getPhase() == schema::Phase::LOWER && p.getStatus() == schema::Status::OK;
+    }
+    device += v.getTimeUs() * timing_runs / 1e6;
+  }
+  j["compiled"] = compiled;
+  j["worker_seconds"] = worker;
+  j["device_seconds"] = device;
+  j["profile"] = nullptr;
+  if (best_vertex >= 0 && static_cast<unsigned>(best_vertex) < vertices.size()) {
+    auto r = vertices[static_cast<unsigned>(best_vertex)].getResult();
+    if (r.getHasProfile())
+      j["profile"] = profile_json(r.getProfile());
+  }
+}
+
+}  // namespace
+
 json result_json(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader result,
                  const optimize_outcome& o) {
   auto b = choose(result, o.reference_us);
@@ -301,6 +336,7 @@ json result_json(schema::KernelSpec::Reader spec, schema::OptimizeResult::Reader
   for (double t : result.getBestPerEvaluation())
     curve.push_back(t > 0 && o.reference_us > 0 ? json(o.reference_us / t) : json(nullptr));
   j["best_speedup_per_candidate"] = curve;
+  add_search_cost(j, result, b.vertex);
   return j;
 }
 

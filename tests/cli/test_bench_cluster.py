@@ -85,6 +85,9 @@ def test_the_searched_rows_have_the_embedded_runs_fields(cluster_run, embedded_r
         t = ours[name]
         assert t["error"] is None and t["evaluations"] >= 1, t
         assert t["family"] != "unmatched" and t["compiled"] is True, t
+        # The search's cost and the best kernel's profile came back from the supervisor.
+        assert t["worker_seconds"] > 0 and t["device_seconds"] > 0, t
+        assert t["correct"] and t["profile"] and t["profile"]["bound"], t
         # The cluster's result.json adds its counts; the rest is the embedded row's keys.
         assert set(t) - {"nodes_lost", "redispatched"} == set(theirs[name]), name
         assert t["nodes_lost"] == 0

@@ -145,6 +145,12 @@ def check_outputs(r, mode, budget):
     assert j["best_candidate"]["vertex"] == best["index"]
     assert j["best_candidate"]["id"] == best["candidate_id"]
     assert j["best_candidate"]["time_us"] == pytest.approx(best["time_us"], rel=1e-9)
+    # The search's cost: device time of the timing runs (13 per timed candidate), the
+    # workers' phase seconds, and the best kernel's profile.
+    assert j["compiled"] is True and j["worker_seconds"] > 0
+    assert j["device_seconds"] == pytest.approx(
+        sum(v["time_us"] for v in vertices if v["time_us"]) * 13 / 1e6, rel=1e-9)
+    assert j["profile"]["time_us"] == pytest.approx(best["time_us"], rel=1e-6), j["profile"]
 
     # The curve of the best speedup per candidate ends at the best vertex's speedup.
     ref = j["reference_time_us"]
