@@ -1,6 +1,7 @@
 #include "cli/cluster_client.hpp"
 
 #include "cli/client_event.hpp"
+#include "cli/interrupt_stop.hpp"
 #include "cli/operator_console.hpp"
 #include "cli/output_file.hpp"
 #include "maxkernel/schema/submission.capnp.h"
@@ -84,6 +85,9 @@ cluster_outcome run_cluster_submission(const cluster_submission& sub,
     out.error = bare(std::move(why));
     return out;
   };
+  auto interrupted = [&] { return sub.interrupted && sub.interrupted->load(); };
+  if (interrupted())
+    return fail(3, "interrupted before it was submitted");
   std::string error;
   auto submit = submit_request(sub.spec, sub.args, !sub.out.empty(),
                                sub.out_shown.empty() ? sub.out : sub.out_shown, error);
@@ -99,7 +103,17 @@ cluster_outcome run_cluster_submission(const cluster_submission& sub,
     auto last_word = std::chrono::steady_clock::now();
     auto last_ping = last_word;
     bool heard = false;
+    // Ctrl-C: the submission's id (its first reply) gets the shell's `stop`, sent again
+    // while the run is still starting (no search to stop yet).
+    std::string id;
+    bool stop_taken = false;
+    auto next_stop = last_word;
     for (;;) {
+      if (interrupted() && !stop_taken && !id.empty()
+          && std::chrono::steady_clock::now() >= next_stop) {
+        conn.send(command_request({"stop", id, "interrupted at the client"}));
+        next_stop = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
       auto bytes = conn.receive(std::chrono::milliseconds(200));
       if (!bytes) {
         auto now = std::chrono::steady_clock::now();
@@ -124,8 +138,16 @@ cluster_outcome run_cluster_submission(const cluster_submission& sub,
             sub.on_output(e.getOutput().getText().cStr(), e.getOutput().getStream());
           break;
         case schema::ClientEvent::STATUS:
-        case schema::ClientEvent::REPLY:
-          break;  // signs of life
+          break;  // a sign of life
+        case schema::ClientEvent::REPLY: {
+          std::string text = e.getReply().getText().cStr();
+          if (id.empty() && text.rfind("submitted ", 0) == 0)
+            id = text.substr(10, text.find_first_of(" \n", 10) - 10);
+          else if (interrupted() && !stop_taken)
+            // The stop's answer: taken, or refused for good unless the run is starting.
+            stop_taken = e.getReply().getOk() || text.find("starting") == std::string::npos;
+          break;
+        }
         case schema::ClientEvent::REFUSED:
           return fail(2, std::string("the supervisor refused the task: ") +
                            e.getRefused().cStr());
@@ -144,6 +166,13 @@ cluster_outcome run_cluster_submission(const cluster_submission& sub,
     return fail(3, std::string("the supervisor sent a malformed event: ") +
                      e.getDescription().cStr());
   }
+}
+
+search_controller stop_by_flag(std::atomic<bool>& flag) {
+  return [&flag](const std::string&, std::string&, std::string&) {
+    flag = true;
+    return true;
+  };
 }
 
 std::vector<std::string> search_args(const optimize_options& s) {
@@ -193,7 +222,12 @@ int run_cluster_optimize(const optimize_options& opts, const std::vector<std::st
         t.detach();  // an error ends the client; the console's reader may still block
     }
   } on_exit{console};
-  cluster_submission sub{opts.spec, args, opts.out, opts.out, nullptr};
+  // Ctrl-C stops the search on the supervisor (its outputs still come back), as embedded;
+  // again, it ends this client at once.
+  std::atomic<bool> interrupted{false};
+  interrupt_stop ctrl_c(std::cerr);
+  ctrl_c.on_search(stop_by_flag(interrupted));
+  cluster_submission sub{opts.spec, args, opts.out, opts.out, nullptr, &interrupted};
   sub.on_output = [&](const std::string& text, int stream) {
     // --console: this terminal attaches to the run's operator gateway, as embedded.
     auto at = text.find("operator gateway: ");

@@ -6,7 +6,9 @@
 
 #include "cli/cluster_connection.hpp"
 #include "cli/optimize_command.hpp"
+#include "cli/search_controls.hpp"
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,6 +24,9 @@ struct cluster_submission {
   std::string out_shown;          // how the run names `out` in its words
   // Each piece the run prints, with its stream (1 stdout, 2 stderr).
   std::function<void(const std::string& text, int stream)> on_output;
+  // Raised (by Ctrl-C): the run is asked to stop as the shell's `stop` would, its outputs
+  // still coming back; before it was submitted, it is not submitted (null: never).
+  const std::atomic<bool>* interrupted = nullptr;
 };
 
 struct cluster_outcome {
@@ -32,6 +37,10 @@ struct cluster_outcome {
 
 cluster_outcome run_cluster_submission(const cluster_submission& sub,
                                        const cluster_client_options& client);
+
+// For interrupt_stop: a "search" that Ctrl-C stops by raising `flag`, which the
+// submissions watching it (cluster_submission::interrupted) turn into the shell's `stop`.
+search_controller stop_by_flag(std::atomic<bool>& flag);
 
 // The options `bench` would give one task's search, as optimize's command line (the
 // settings of `search` that a submission carries; --brains names a file on the

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -128,17 +129,33 @@ int cluster_connection::open(const cluster_client_options& client, std::ostream&
   return 0;
 }
 
+// A signal (Ctrl-C, which the client handles) interrupts ZeroMQ's calls with EINTR: the
+// send is made again, the receive comes back empty-handed and the caller asks again.
 void cluster_connection::send(const std::string& bytes) {
-  impl_->socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  for (;;) {
+    try {
+      impl_->socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR)
+        throw;
+    }
+  }
 }
 
 std::optional<std::string> cluster_connection::receive(std::chrono::milliseconds timeout) {
-  zmq::pollitem_t items[] = {{impl_->socket.handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 1, timeout);
-  zmq::message_t frame;
-  if (!impl_->socket.recv(frame, zmq::recv_flags::dontwait))
+  try {
+    zmq::pollitem_t items[] = {{impl_->socket.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, timeout);
+    zmq::message_t frame;
+    if (!impl_->socket.recv(frame, zmq::recv_flags::dontwait))
+      return std::nullopt;
+    return frame.to_string();
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR)
+      throw;
     return std::nullopt;
-  return frame.to_string();
+  }
 }
 
 std::string command_request(const std::vector<std::string>& words) {

@@ -245,6 +245,34 @@ def dispatcher_completed(status):
     return int(re.search(r"(\d+) completed", status).group(1))
 
 
+def test_ctrl_c_at_the_client_stops_the_search_on_the_supervisor(cluster):
+    """As embedded: the first SIGINT stops the search (the shell's `stop`), its outputs come
+    back with the best so far; the submission ends on the supervisor too."""
+    cluster.start_supervisor()
+    node = cluster.start_node()
+    wait_for(lambda: cluster.joined(node), 120, "the node to join")
+    out = cluster.base / "out"
+    proc = subprocess.Popen([str(BIN), "optimize", str(SPEC), "--mode", "auto", "--budget-evals",
+                             "30", "--seed", "3", "--cluster", f"127.0.0.1:{cluster.client_port}",
+                             "--token-file", str(cluster.token), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_for(lambda: stored_evaluations(cluster.state) >= 2 or proc.poll() is not None, 600,
+             "the first candidate's evaluation")
+    assert proc.poll() is None, "the search ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    finish(proc)
+    assert proc.returncode in (0, 1), proc.stderr_text
+    assert "interrupted: the search ends after its candidates in flight" in proc.stderr_text
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "operator", result
+    assert 1 <= result["candidates_evaluated"] < 30
+    assert (out / "kernel.py").exists()
+    # The supervisor's record of the submission: finished, not running on.
+    codes = list((cluster.state / "submissions").glob("*/exit_code"))
+    assert len(codes) == 1 and codes[0].read_text().strip() == str(proc.returncode)
+
+
 def test_a_killed_supervisor_resumes_without_redoing_finished_work(cluster, fault_free):
     nodes, out, proc = start_search_on_three_nodes(cluster)
     wait_for(lambda: stored_evaluations(cluster.state) >= 3, 600, "three stored evaluations")
