@@ -5,6 +5,7 @@ inputs the reference does not allow (non-finite or degenerate output) skip the c
 never fail it. Most tests drive the tester in process; the last ones go through the worker."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -452,3 +453,49 @@ def test_rejudging_allows_the_references_spread_under_input_rounding():
     wrong = [expected[0].copy()]
     wrong[0][bad] += 0.3
     assert tester._rejudge_in_float64(Task(), 0, args, wrong, expected) == ""
+
+
+def test_rejudging_out_of_memory_frees_and_retries_then_says_so():
+    # The same float64 re-judge must not pass in one run and fail in another because the
+    # worker held more memory at the time: XLA's out-of-memory error is retried once after
+    # freeing, and a second one is a MemoryError (the verdict says the re-judge did not fit),
+    # never a silent "the reference cannot say".
+    calls = {"n": 0}
+
+    def reference(x):
+        if str(x.dtype) == "float64":   # the re-judge's widened inputs
+            calls["n"] += 1
+            if calls["n"] <= fails:
+                raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1234 bytes.")
+        lossy = (x * 1e-2 + 3000.0 - 3000.0) * 100.0
+        return jnp.where(jnp.abs(x) > 2.7, lossy, x)
+
+    class Task:
+        def reference(self, configuration):
+            return reference
+
+        def tolerance(self, k):
+            return (1e-3, 1e-3)
+
+    x = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)
+    expected = [np.asarray(reference(x))]
+    got = [x.copy()]   # exact where the reference cancels: a small mismatch
+    fails = 1
+    note = tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert "float64 evaluation" in note and calls["n"] == 2, (note, calls)
+    calls["n"], fails = 0, 9
+    with pytest.raises(MemoryError):
+        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert calls["n"] == 2
+    # A reference that cannot run in float64 for another reason: no truth, no retry.
+    calls["n"], fails = 0, 0
+
+    def refuses(x):
+        if str(x.dtype) == "float64":
+            calls["n"] += 1
+            raise TypeError("only float32")
+        return reference(x)
+
+    Task.reference = lambda self, c: refuses
+    assert tester._rejudge_in_float64(Task(), 0, [x], got, expected) == ""
+    assert calls["n"] == 1

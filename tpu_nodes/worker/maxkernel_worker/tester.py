@@ -20,6 +20,7 @@ arbitrary Python in the same process can always dig deeper):
 import contextlib
 import ctypes
 import errno
+import gc
 import hashlib
 import os
 import socket
@@ -428,16 +429,37 @@ def _widen(x):
     return x
 
 
+def _rejudge_run(run):
+    """`run()`'s value, or None when the reference cannot run this way (it only runs at its
+    own dtypes: no truth to judge by). Out of memory (a MemoryError, or XLA's "Out of
+    memory allocating" error) is not that: what this process holds is freed and `run` tried
+    once more; out of memory again raises MemoryError, so the verdict says the re-judge did
+    not fit instead of depending silently on the worker's memory at the time."""
+    for attempt in (1, 2):
+        try:
+            return run()
+        except Exception as e:
+            if not (isinstance(e, MemoryError) or _out_of_memory(str(e))):
+                return None
+            if attempt == 2:
+                raise MemoryError(_short(e)) from e
+            gc.collect()
+            jax.clear_caches()
+    return None
+
+
 def _reference_in_float64(task, configuration, args, expected) -> list | None:
     """The reference's outputs with its float inputs widened to float64 and JAX's 64-bit
     mode on, or None when it fails or its outputs do not line up with `expected`. Casts the
     reference spells out (.astype(jnp.bfloat16)) stay; those it derives from an input's
-    dtype widen with it."""
-    try:
+    dtype widen with it. Raises MemoryError when it does not fit (_rejudge_run)."""
+    def run():
         with jax.enable_x64(True):
             out = jax.block_until_ready(task.reference(configuration)(*[_widen(a) for a in args]))
-            truth = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
-    except Exception:   # a reference that only runs at its own dtypes: no truth to judge by
+            return [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+
+    truth = _rejudge_run(run)
+    if truth is None:
         return None
     if len(truth) != len(expected) or any(t.shape != e.shape for t, e in zip(truth, expected)):
         return None
@@ -459,10 +481,12 @@ def _rounding_spread(task, configuration, args, truth) -> list | None:
             moved.append((x.astype(np.float64) * (1.0 + u * 2.0 ** -23)).astype(x.dtype))
         else:
             moved.append(a)
-    try:
+    def run():
         out = jax.block_until_ready(task.reference(configuration)(*moved))
-        leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
-    except Exception:
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+
+    leaves = _rejudge_run(run)
+    if leaves is None:
         return None
     if len(leaves) != len(truth) or any(o.shape != t.shape for o, t in zip(leaves, truth)):
         return None
@@ -852,10 +876,11 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
                 except MemoryError:
                     # A float64 reference too large for the worker's memory limit cannot say:
                     # the mismatch stands, and the candidate's failure is a mismatch, not a
-                    # crash of the harness.
+                    # crash of the harness; its message says the re-judge could not run.
                     note = ""
-                    report["notes"].append(f"configuration {c}, seed {seed} ({kind}): the "
-                                           "float64 re-judge did not fit in memory")
+                    unfit = "the float64 re-judge did not fit in memory"
+                    result = dict(result, message=f"{result['message']}; {unfit}")
+                    report["notes"].append(f"configuration {c}, seed {seed} ({kind}): {unfit}")
                 if note:
                     result = dict(result, passed=True, message=note)
                     error_class = None
