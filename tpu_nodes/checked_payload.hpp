@@ -43,6 +43,8 @@ std::optional<messages::decoded_message> open_checked(const messages::payload& p
     error = "payload holds another message type than expected";
     return std::nullopt;
   }
+  if (p.own)  // built in this process (an embedded search's lineage): nothing to check
+    return messages::open_own<T>(p, error);
   return open_checked<T>(p.bytes, error);
 }
 

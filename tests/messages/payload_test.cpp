@@ -87,6 +87,51 @@ TEST(Payload, SurvivesCafSerialization) {
   EXPECT_EQ(copy.get_as<payload>(0), sample_candidate());
 }
 
+// A payload this process built is opened without the walk; one that crossed a process
+// boundary never counts as built here, whatever the sender's flag said.
+TEST(Payload, OwnOnlyInTheProcessThatBuiltIt) {
+  auto p = sample_candidate();
+  EXPECT_TRUE(p.own);
+  caf::actor_system_config cfg;
+  messages::register_types(cfg);
+  caf::actor_system sys{cfg};
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  ASSERT_FALSE(sink(caf::make_message(p)));
+  caf::message copy;
+  caf::binary_deserializer source{sys, buf};
+  ASSERT_FALSE(source(copy));
+  EXPECT_FALSE(copy.get_as<payload>(0).own);
+  // Deserializing into a payload that was own does not keep the flag either.
+  payload into = sample_candidate();
+  std::vector<char> one;
+  caf::binary_serializer out{sys, one};
+  ASSERT_FALSE(inspect(out, p));
+  caf::binary_deserializer in{sys, one};
+  ASSERT_FALSE(inspect(in, into));
+  EXPECT_FALSE(into.own);
+  EXPECT_EQ(into, p);
+  // Bytes that arrive in a payload not marked own are checked: truncated ones are refused.
+  payload foreign{p.type_id, p.bytes.substr(0, p.bytes.size() - 8)};
+  std::string err;
+  EXPECT_FALSE(messages::open_payload<schema::Candidate>(foreign, err));
+  EXPECT_NE(err.find("malformed"), std::string::npos);
+}
+
+TEST(Payload, OwnIsStillCheckedForItsSchemaVersionAndType) {
+  capnp::MallocMessageBuilder msg;
+  auto c = msg.initRoot<schema::Candidate>();
+  c.setSchemaVersion(schema::SCHEMA_VERSION + 1);
+  auto p = messages::make_payload<schema::Candidate>(msg);
+  ASSERT_TRUE(p.own);
+  std::string err;
+  EXPECT_FALSE(messages::open_payload<schema::Candidate>(p, err));
+  EXPECT_NE(err.find("schema version"), std::string::npos);
+  err.clear();
+  EXPECT_FALSE(messages::open_payload<schema::EvalResult>(sample_candidate(), err));
+  EXPECT_NE(err.find("another message type"), std::string::npos);
+}
+
 TEST(Errors, CarryCodeAndMessage) {
   auto err = messages::make_error(messages::error_code::bad_input, "spec.yaml:3:5: inputs: bad");
   EXPECT_EQ(messages::code_of(err), messages::error_code::bad_input);
