@@ -80,6 +80,7 @@ private:
     auto req = msg.initRoot<schema::EvalRequest>();
     messages::request_settings settings;
     settings.chip = ctx_->chip();
+    settings.candidate_id = candidate().getId().cStr();
     messages::build_eval_request(req, ctx_->spec(), candidate().getSource().cStr(),
                                  candidate().getOrigin().cStr(), settings);
     if (options) {

@@ -11,7 +11,7 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
   request.setSpec(spec);
   request.setReference(settings.reference);
   auto candidate = request.initCandidate();
-  fill_source_candidate(candidate, source, "", "", origin);
+  fill_source_candidate(candidate, source, "", "", origin, settings.candidate_id);
   if (settings.reference)
     candidate.setId("reference");
   auto options = request.initOptions();

@@ -21,9 +21,12 @@ struct request_settings {
   std::string value_mode;        // "", large, zeros, sparse
   double value_scale = 0;        // for large; 0: the worker's default
   std::string shape_mode;        // "", ragged
+  // The candidate's id when the caller holds it already (a lineage sends 1-4 requests per
+  // candidate); "" = the sha256 of the source, computed here.
+  std::string candidate_id;
 };
 
-// The candidate's id is the sha256 of its source; `origin` says where it came from.
+// The candidate's id is the sha256 of its source (settings.candidate_id when given); `origin` says where it came from.
 void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
                         const std::string& source, const std::string& origin,
                         const request_settings& settings);

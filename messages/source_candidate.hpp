@@ -10,8 +10,9 @@
 
 namespace maxkernel::messages {
 
+// `id`: the source's sha256 when the caller has it already ("" = computed here).
 void fill_source_candidate(schema::Candidate::Builder c, const std::string& source,
                            const std::string& parent_id, const std::string& strategy,
-                           const std::string& origin);
+                           const std::string& origin, const std::string& id = {});
 
 }  // namespace maxkernel::messages
