@@ -139,17 +139,33 @@ std::string evaluation_key(const evaluation_key_parts& parts) {
 }
 
 std::string evaluation_key(const evaluation_key_parts& parts, std::string_view normalized) {
+  return evaluation_key(evaluation_key_prefix(parts.reference, normalized), parts);
+}
+
+messages::sha256_stream evaluation_key_prefix(bool reference, std::string_view normalized) {
   // The first part names the key's own format: changing what goes in changes every key.
+  messages::sha256_stream hash;
   std::string bytes;
   append_part(bytes, "maxkernel.evaluation_key.v1");
-  append_part(bytes, parts.reference ? "reference" : "candidate");
-  append_part(bytes, normalized);
+  append_part(bytes, reference ? "reference" : "candidate");
+  bytes += std::to_string(normalized.size());
+  bytes += ':';
+  hash.update(bytes);
+  hash.update(normalized);
+  return hash;
+}
+
+std::string evaluation_key(const messages::sha256_stream& prefix,
+                           const evaluation_key_parts& parts) {
+  std::string bytes;
   append_part(bytes, parts.spec_hash);
   append_part(bytes, parts.chip);
   append_part(bytes, parts.backend);
   append_part(bytes, parts.jax_version);
   append_part(bytes, parts.options);
-  return messages::sha256_hex(bytes);
+  auto hash = prefix;
+  hash.update(bytes);
+  return hash.hex();
 }
 
 }  // namespace maxkernel::search

@@ -1,6 +1,8 @@
 // The content address of an evaluation: equal parts, equal key, equal result.
 #pragma once
 
+#include "messages/content_hash.hpp"
+
 #include <string>
 #include <string_view>
 
@@ -24,5 +26,12 @@ std::string normalize_source(std::string_view source);
 std::string evaluation_key(const evaluation_key_parts& parts);
 // The same key when normalize_source(parts.source) is known already (`normalized`).
 std::string evaluation_key(const evaluation_key_parts& parts, std::string_view normalized);
+
+// The key's hash over its leading parts (its format, reference or candidate, the normalised
+// source): one per kernel, shared by all of that kernel's requests.
+messages::sha256_stream evaluation_key_prefix(bool reference, std::string_view normalized);
+// The key from that prefix and the rest of `parts` (its source and reference are not read).
+std::string evaluation_key(const messages::sha256_stream& prefix,
+                           const evaluation_key_parts& parts);
 
 }  // namespace maxkernel::search

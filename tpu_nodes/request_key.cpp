@@ -59,90 +59,73 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
 
 namespace {
 
-// The normalised sources of the last few candidates, shared by every node of the process:
-// a candidate's requests (its default evaluation and each tester case) go to different
-// nodes, and normalising a source is the costly part of a key.
-class normalized_sources {
+struct text_hash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+
+// The key prefixes (search::evaluation_key_prefix: the normalised source hashed) of the last
+// few candidates, shared by every node of the process: a candidate's requests (its default
+// evaluation and each tester case) go to different nodes, and normalising and hashing a
+// source is the costly part of a key; what is left per request is a short tail.
+class source_prefixes {
 public:
-  std::string of(std::string_view source) {
-    std::string key(source);
+  messages::sha256_stream of(std::string_view source) {
     {
       std::lock_guard lock(mutex_);
-      auto it = memo_.find(key);
+      auto it = memo_.find(source);
       if (it != memo_.end())
         return it->second;
     }
-    auto normalized = search::normalize_source(source);
+    auto prefix = search::evaluation_key_prefix(false, search::normalize_source(source));
     std::lock_guard lock(mutex_);
-    if (memo_.emplace(key, normalized).second) {
-      order_.push_back(std::move(key));
+    auto [it, added] = memo_.emplace(std::string(source), prefix);
+    if (added) {
+      order_.push_back(it->first);
       if (order_.size() > capacity) {
         memo_.erase(order_.front());
         order_.pop_front();
       }
     }
-    return normalized;
+    return prefix;
   }
 
 private:
   static constexpr size_t capacity = 64;
   std::mutex mutex_;
-  std::unordered_map<std::string, std::string> memo_;
+  std::unordered_map<std::string, messages::sha256_stream, text_hash, std::equal_to<>> memo_;
   std::deque<std::string> order_;  // oldest first
 };
 
-normalized_sources& shared_sources() {
-  static normalized_sources sources;
-  return sources;
+source_prefixes& shared_prefixes() {
+  static source_prefixes prefixes;
+  return prefixes;
 }
 
-std::string key_of(const search::evaluation_key_parts& parts) {
-  return search::evaluation_key(parts, shared_sources().of(parts.source));
+const messages::sha256_stream& reference_prefix() {
+  static const auto prefix = search::evaluation_key_prefix(true, "");
+  return prefix;
 }
 
 }  // namespace
 
-std::string key_memo::key(const search::evaluation_key_parts& parts) {
-  std::string raw;
-  raw.reserve(parts.source.size() + parts.spec_hash.size() + parts.options.size() + 64);
-  // Length-prefixed parts, so that no two different part lists share a memo entry.
-  for (std::string_view part : {parts.source, parts.spec_hash, parts.chip, parts.backend,
-                                parts.jax_version, parts.options}) {
-    raw += std::to_string(part.size());
-    raw += ':';
-    raw += part;
-  }
-  raw += parts.reference ? 'r' : 'c';
-  auto it = memo_.find(raw);
-  if (it != memo_.end())
-    return it->second;
-  if (bytes_ + raw.size() > max_bytes_) {
-    memo_.clear();
-    bytes_ = 0;
-  }
-  bytes_ += raw.size() + 64;
-  auto key = key_of(parts);
-  memo_.emplace(std::move(raw), key);
-  return key;
-}
-
 std::string request_key(schema::EvalRequest::Reader request, std::string_view chip,
-                        std::string_view backend, std::string_view jax_version,
-                        key_memo* memo) {
+                        std::string_view backend, std::string_view jax_version) {
   bool reference = request.getReference();
-  auto text = request.getCandidate().getSource();
   auto hash = spec_hash(request.getSpec());
   auto options = result_options(request, backend);
   search::evaluation_key_parts parts;
-  // evaluation_key normalises the source itself.
-  parts.source = reference ? std::string_view() : std::string_view(text.begin(), text.size());
   parts.spec_hash = hash;
   parts.chip = chip;
   parts.backend = backend;
   parts.jax_version = jax_version;
   parts.options = options;
   parts.reference = reference;
-  return memo ? memo->key(parts) : key_of(parts);
+  if (reference)
+    return search::evaluation_key(reference_prefix(), parts);
+  auto text = request.getCandidate().getSource();
+  return search::evaluation_key(shared_prefixes().of(std::string_view(text.begin(), text.size())),
+                                parts);
 }
 
 }  // namespace maxkernel::tpu_nodes

@@ -34,7 +34,6 @@ struct front_state {
   std::string backend;
   bool asking = false;
   std::vector<std::function<void()>> waiting;
-  key_memo keys;
   uint64_t hits = 0;
   uint64_t misses = 0;
   static inline const char* name = "store_front";
@@ -91,7 +90,7 @@ std::string key_of(front_actor* self, const payload& request, std::string& candi
       return {};
     auto r = msg->root<schema::EvalRequest>();
     candidate_id = r.getCandidate().getId().cStr();
-    return request_key(r, r.getOptions().getChip().cStr(), st.backend, st.jax_version, &st.keys);
+    return request_key(r, r.getOptions().getChip().cStr(), st.backend, st.jax_version);
   } catch (const kj::Exception&) {
     return {};
   }

@@ -61,7 +61,6 @@ struct node_state {
   std::string jax_version;  // "" until the pool has a running worker
   bool version_requested = false;
   std::string misconfiguration;  // refuses every evaluation when set
-  key_memo keys;
   std::unordered_map<uint64_t, pending_request> pending;
   std::vector<uint64_t> waiting_version;
   uint64_t next_id = 1;
@@ -365,7 +364,7 @@ void evaluate_checked(node_actor* self, pending_request& p, payload& bytes,
   p.spec_name = request.getSpec().getName();
   std::string candidate_id = request.getCandidate().getId();
   if (!st.jax_version.empty()) {
-    p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
+    p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
     // Store hits are answered before anything else, even when the queue is full; on a
     // simulated device they queue for it (below).
     if (!simulated(self) && answer_from_store(self, p, candidate_id))
@@ -439,7 +438,7 @@ void on_version(node_actor* self, const std::string& jax_version, const std::str
       std::string err;
       auto msg = open_checked<schema::EvalRequest>(p.request, err);
       auto request = msg->root<schema::EvalRequest>();
-      p.key = request_key(request, p.chip, st.config.backend, st.jax_version, &st.keys);
+      p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
       std::string candidate_id = request.getCandidate().getId().cStr();
       if (simulated(self)) {
         if (hit_on_device(self, id, candidate_id))

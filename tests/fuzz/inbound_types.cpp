@@ -70,8 +70,7 @@ void eval_request(const std::string& bytes) {
     auto r = msg->root<schema::EvalRequest>();
     std::string name = r.getSpec().getName();
     std::string id = r.getCandidate().getId();
-    tpu_nodes::key_memo memo;
-    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35", &memo);
+    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35");
     (void)tpu_nodes::spec_hash(r.getSpec());
   } catch (const kj::Exception&) {
   }

@@ -76,6 +76,42 @@ TEST(EvaluationKey, NotAPlainHashOfTheConcatenation) {
   EXPECT_NE(evaluation_key(p), messages::sha256_hex(concat));
 }
 
+// The key's bytes are fixed (format v1): stores written by earlier builds must stay hits.
+// The key is the sha256 of the length-prefixed parts in this order, however it is computed
+// (in one go or from a kernel's shared prefix).
+TEST(EvaluationKey, FormatV1IsTheHashOfTheLengthPrefixedParts) {
+  auto framed = [](std::initializer_list<std::string_view> parts) {
+    std::string out;
+    for (auto part : parts)
+      out += std::to_string(part.size()) + ":" + std::string(part);
+    return out;
+  };
+  auto p = base();
+  auto expected = messages::sha256_hex(framed({"maxkernel.evaluation_key.v1", "candidate",
+                                               normalize_source(p.source), p.spec_hash, p.chip,
+                                               p.backend, p.jax_version, p.options}));
+  EXPECT_EQ(evaluation_key(p), expected);
+  auto prefix = evaluation_key_prefix(false, normalize_source(p.source));
+  EXPECT_EQ(evaluation_key(prefix, p), expected);
+  EXPECT_EQ(evaluation_key(prefix, p), expected);  // a prefix is not used up by a key
+  p.reference = true;
+  EXPECT_EQ(evaluation_key(evaluation_key_prefix(true, ""), p),
+            messages::sha256_hex(framed({"maxkernel.evaluation_key.v1", "reference", "",
+                                         p.spec_hash, p.chip, p.backend, p.jax_version,
+                                         p.options})));
+}
+
+TEST(EvaluationKey, Sha256StreamEqualsTheOneShotHash) {
+  messages::sha256_stream s;
+  EXPECT_EQ(s.hex(), messages::sha256_hex(""));
+  s.update("abc");
+  auto copy = s;
+  s.update(std::string(10000, 'x'));
+  EXPECT_EQ(copy.hex(), messages::sha256_hex("abc"));
+  EXPECT_EQ(s.hex(), messages::sha256_hex("abc" + std::string(10000, 'x')));
+  EXPECT_EQ(copy.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
 TEST(EvaluationKey, StableUnderNormalisableWhitespace) {
   auto p = base();
   std::string crlf = "def workload(x):   \r\n    return x\r\n\r\n\r\n";

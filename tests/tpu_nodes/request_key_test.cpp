@@ -122,11 +122,11 @@ TEST(RequestKey, AReferenceIgnoresTheTestersModes) {
 
 }  // namespace
 
-// The nodes of a process share the normalised sources of recent candidates: the key stays the
-// one search::evaluation_key makes from the raw source, for sources seen again, sources with
-// only trailing blanks or CR/LF changed, and past the point where old sources are dropped.
+// The nodes of a process share the key prefixes (normalised, hashed sources) of recent
+// candidates: the key stays the one search::evaluation_key makes from the raw source, for
+// sources seen again, sources with only trailing blanks or CR/LF changed, and past the point
+// where old sources are dropped.
 TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
-  tpu_nodes::key_memo memo;
   std::set<std::string> keys;
   for (int round = 0; round < 2; ++round) {
     for (int n = 0; n < 150; ++n) {
@@ -140,7 +140,7 @@ TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
       messages::build_eval_request(msg.initRoot<schema::EvalRequest>(), spec.asReader(), source,
                                    "test", settings);
       auto request = msg.getRoot<schema::EvalRequest>().asReader();
-      auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2", n % 2 ? &memo : nullptr);
+      auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2");
       auto hash = tpu_nodes::spec_hash(spec.asReader());
       auto options = tpu_nodes::result_options(request, "model");
       search::evaluation_key_parts parts;
