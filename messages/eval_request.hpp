@@ -26,7 +26,8 @@ struct request_settings {
   std::string candidate_id;
 };
 
-// The candidate's id is the sha256 of its source (settings.candidate_id when given); `origin` says where it came from.
+// The candidate's id is the sha256 of its source (settings.candidate_id when given);
+// `origin` says where it came from.
 void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec::Reader spec,
                         const std::string& source, const std::string& origin,
                         const request_settings& settings);
