@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -40,10 +41,23 @@ std::optional<std::string> read_text_file(const std::string& path, spec_error& e
     err.message = fmt::format("cannot open: {}", std::strerror(errno));
     return std::nullopt;
   }
-  // Read at most one byte past the limit: the file may grow between stat and read.
-  std::string text(max_spec_file_bytes + 1, '\0');
+  // Sized by the stat plus one byte, which tells a file that grew since; a grown file is read
+  // on, at most one byte past the limit. (Not a buffer of the limit's size: a 1 MiB string,
+  // zeroed, for every spec and chip file read raised glibc's mmap threshold to 1 MiB and left
+  // a resident megabyte in each malloc arena a submission's thread used; docs/reliability.md.)
+  std::string text(static_cast<size_t>(size) + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  auto got = static_cast<size_t>(in.gcount());
+  bool grew = got == text.size();
+  text.resize(got);
+  while (grew && text.size() <= max_spec_file_bytes) {
+    char chunk[4096];
+    auto want = std::min(sizeof chunk, static_cast<size_t>(max_spec_file_bytes) + 1 - text.size());
+    in.read(chunk, static_cast<std::streamsize>(want));
+    got = static_cast<size_t>(in.gcount());
+    text.append(chunk, got);
+    grew = got == want;
+  }
   if (in.bad()) {
     err.message = "read error";
     return std::nullopt;
