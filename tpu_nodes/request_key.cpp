@@ -12,7 +12,16 @@
 namespace maxkernel::tpu_nodes {
 
 std::string spec_hash(schema::KernelSpec::Reader spec) {
-  auto words = capnp::canonicalize(spec);
+  // Where the spec was read is not what it says: a cluster submission's copy of a task lives
+  // in a directory of its own (STATE/submissions/ID/task), and a resubmitted task must find
+  // its stored results. The reference, configurations, tolerances and shipped task files
+  // (relative paths, content) stay in.
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(spec);
+  auto located = copy.getRoot<schema::KernelSpec>();
+  located.setSourcePath("");
+  located.setBaselinePath("");
+  auto words = capnp::canonicalize(located.asReader());
   auto bytes = words.asBytes();
   return messages::sha256_hex(
     std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));

@@ -10,7 +10,8 @@
 
 namespace maxkernel::tpu_nodes {
 
-// Hex sha256 of the spec's canonical Cap'n Proto bytes.
+// Hex sha256 of the spec's canonical Cap'n Proto bytes, without the paths it was read from
+// (sourcePath, baselinePath): the same task read from another directory has the same hash.
 std::string spec_hash(schema::KernelSpec::Reader spec);
 
 // The options that change a result, as text: seeds, full and configuration for a candidate

@@ -119,3 +119,17 @@ def test_a_native_specs_baseline_beside_it_travels_with_the_submission(cluster, 
     assert result["baseline_time_us"] > 0, result
     submissions = list((cluster.state / "submissions").iterdir())
     assert (submissions[0] / "task" / "baselines" / "k.py").is_file()
+    # The same spec again: its copy lives in another submission directory, and every
+    # evaluation is answered from the supervisor's store (the spec's paths are not part of
+    # its hash; they were, and a resubmitted task was evaluated again).
+    again = tmp_path / "again"
+    proc = finish(subprocess.Popen(
+        [str(BIN), "optimize", str(spec), "--budget-evals", "1", "--cluster",
+         f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token), "--out", str(again)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    assert proc.returncode in (0, 1), proc.stderr_text
+    second = json.loads((again / "result.json").read_text())
+    assert len(list((cluster.state / "submissions").iterdir())) == 2
+    assert second["evaluations"] == result["evaluations"], (result, second)
+    assert second["cache_hits"] == second["evaluations"], second
+    assert second["kernel_time_us"] == result["kernel_time_us"]

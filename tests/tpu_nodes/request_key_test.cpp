@@ -9,6 +9,7 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 #include <string>
 
@@ -158,4 +159,36 @@ TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
     }
   }
   EXPECT_EQ(keys.size(), 150u);
+}
+
+// A task read from another directory (a cluster submission's own copy, a moved checkout) is
+// the same task: its stored results answer it. What the spec says still counts.
+TEST(RequestKey, TheSpecsPathsAreNotPartOfItsHash) {
+  auto make = [](const char* source_path, const char* baseline_path, const char* reference) {
+    auto msg = std::make_unique<capnp::MallocMessageBuilder>();
+    auto spec = msg->initRoot<schema::KernelSpec>();
+    spec.setSchemaVersion(schema::SCHEMA_VERSION);
+    spec.setName("matmul");
+    spec.setSourcePath(source_path);
+    spec.setBaselinePath(baseline_path);
+    spec.setReference(reference);
+    auto files = spec.initTaskFiles(1);
+    files[0].setPath("helpers.py");
+    files[0].setData(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>("X = 1\n"), 6));
+    return msg;
+  };
+  const char* ref = "def reference(a, b):\n    return a @ b\n";
+  auto here = make("/home/a/task", "/home/a/task/baselines/k.py", ref);
+  auto there = make("/state/submissions/7/task", "/state/submissions/7/task/baselines/k.py", ref);
+  auto other = make("/home/a/task", "/home/a/task/baselines/k.py",
+                    "def reference(a, b):\n    return b @ a\n");
+  auto hash = [](std::unique_ptr<capnp::MallocMessageBuilder>& m) {
+    return tpu_nodes::spec_hash(m->getRoot<schema::KernelSpec>().asReader());
+  };
+  EXPECT_EQ(hash(here), hash(there));
+  EXPECT_NE(hash(here), hash(other));
+  auto edited = make("/home/a/task", "", ref);
+  edited->getRoot<schema::KernelSpec>().getTaskFiles()[0].setData(
+    capnp::Data::Reader(reinterpret_cast<const capnp::byte*>("X = 2\n"), 6));
+  EXPECT_NE(hash(here), hash(edited));  // a shipped file's content is part of the task
 }
