@@ -110,6 +110,9 @@ int optimize_on_session(node_session& session, schema::KernelSpec::Reader spec,
     // The console leaves on the gateway's `ended` (or when the gateway stops).
     if (console.joinable())
       console.join();
+    // The progress line writes to `err`, which a cluster submission destroys when its run
+    // ends: the listener must be gone first, not merely told to go.
+    self->wait_for(listener);
   }
   agents::stop_agent_pool(pool);
   end_progress_line(err);
