@@ -109,26 +109,24 @@ def test_a_native_specs_baseline_beside_it_travels_with_the_submission(cluster, 
     cluster.start_supervisor()
     node = cluster.start_node()
     wait_for(lambda: cluster.joined(node) or node.poll() is not None, 240, "the node to join")
-    out = tmp_path / "out"
-    proc = finish(subprocess.Popen(
-        [str(BIN), "optimize", str(spec), "--budget-evals", "1", "--cluster",
-         f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token), "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    assert proc.returncode in (0, 1), proc.stderr_text
-    result = json.loads((out / "result.json").read_text())
+
+    def submit(out):
+        proc = finish(subprocess.Popen(
+            [str(BIN), "optimize", str(spec), "--budget-evals", "1", "--cluster",
+             f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token),
+             "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        assert proc.returncode in (0, 1), proc.stderr_text
+        return json.loads((out / "result.json").read_text())
+
+    result = submit(tmp_path / "out")
     assert result["baseline_time_us"] > 0, result
     submissions = list((cluster.state / "submissions").iterdir())
     assert (submissions[0] / "task" / "baselines" / "k.py").is_file()
     # The same spec again: its copy lives in another submission directory, and every
     # evaluation is answered from the supervisor's store (the spec's paths are not part of
     # its hash; they were, and a resubmitted task was evaluated again).
-    again = tmp_path / "again"
-    proc = finish(subprocess.Popen(
-        [str(BIN), "optimize", str(spec), "--budget-evals", "1", "--cluster",
-         f"127.0.0.1:{cluster.client_port}", "--token-file", str(cluster.token), "--out", str(again)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    assert proc.returncode in (0, 1), proc.stderr_text
-    second = json.loads((again / "result.json").read_text())
+    second = submit(tmp_path / "again")
     assert len(list((cluster.state / "submissions").iterdir())) == 2
     assert second["evaluations"] == result["evaluations"], (result, second)
     assert second["cache_hits"] == second["evaluations"], second
