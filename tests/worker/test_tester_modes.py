@@ -447,9 +447,16 @@ def test_rejudging_allows_the_references_spread_under_input_rounding():
     bad = np.abs(got[0] - expected[0]) > 1e-4 + 5e-3 * np.abs(expected[0])
     assert 0 < bad.sum() <= 0.01 * bad.size
     truth = tester._reference_in_float64(Task(), 0, args, expected)
-    assert not tester.within_reference_error(got, expected, truth, Task().tolerance)[0]
     note = tester._rejudge_in_float64(Task(), 0, args, got, expected)
-    assert "move by one ulp" in note, note
+    # Where the reference's own error already covers the blocked sum (it depends on how this
+    # CPU's XLA orders the reference's float32 contraction: on some machines it does), the
+    # first allowance accepts it; otherwise only the one-ulp spread may, and must.
+    if tester.within_reference_error(got, expected, truth, Task().tolerance)[0]:
+        assert "own error" in note, note
+    else:
+        assert "move by one ulp" in note, note
+    spread = tester._rounding_spread(Task(), 0, args, truth)
+    assert tester.within_reference_error(got, expected, truth, Task().tolerance, spread)[0]
     wrong = [expected[0].copy()]
     wrong[0][bad] += 0.3
     assert tester._rejudge_in_float64(Task(), 0, args, wrong, expected) == ""
