@@ -7,6 +7,7 @@
 #include <kj/exception.h>
 
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <unordered_map>
@@ -324,8 +325,15 @@ std::optional<decoded_message> decoded_message::parse(std::string_view bytes,
   msg.words_ = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(msg.words_.begin(), bytes.data(), bytes.size());
   try {
-    // On its own reader, so that the consumers' reads get the whole traversal limit.
-    check_pointers(capnp::FlatArrayMessageReader(msg.words_.asPtr(), reader_options())
+    // On its own reader, so that the consumers' reads get the whole traversal limit. That
+    // reader's limit is scaled to the message: a message a builder made points at each object
+    // once, so the walk reads each word at most once; one whose pointers share an object (a
+    // thousand list entries at one blob: CPU amplification) is refused here, before the planned
+    // walk and the consumers read it again.
+    auto check_options = reader_options();
+    check_options.traversalLimitInWords =
+      std::min<uint64_t>(traversal_limit_words, 2 * msg.words_.size() + 64);
+    check_pointers(capnp::FlatArrayMessageReader(msg.words_.asPtr(), check_options)
                      .getRoot<capnp::AnyPointer>());
     msg.reader_ = std::make_unique<capnp::FlatArrayMessageReader>(msg.words_.asPtr(),
                                                                   reader_options());
@@ -351,6 +359,14 @@ void decoded_message::allow_rereading() {
   reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_.asPtr(), opts);
 }
 
+bool schema_version_ok(uint32_t version, std::string& error) {
+  if (version == maxkernel::schema::SCHEMA_VERSION)
+    return true;
+  error = "message has schema version " + std::to_string(version) + ", this build reads " +
+          std::to_string(maxkernel::schema::SCHEMA_VERSION);
+  return false;
+}
+
 namespace {
 template <class Walk>
 bool check_with(decoded_message& msg, capnp::StructSchema type, std::string& error, Walk walk) {
@@ -358,12 +374,8 @@ bool check_with(decoded_message& msg, capnp::StructSchema type, std::string& err
     auto root = msg.root(type);
     walk(root);
     KJ_IF_MAYBE (field, type.findFieldByName("schemaVersion")) {
-      auto version = root.get(*field).as<uint32_t>();
-      if (version != maxkernel::schema::SCHEMA_VERSION) {
-        error = "message has schema version " + std::to_string(version) + ", this build reads "
-                + std::to_string(maxkernel::schema::SCHEMA_VERSION);
+      if (!schema_version_ok(root.get(*field).as<uint32_t>(), error))
         return false;
-      }
     }
   } catch (const kj::Exception& e) {
     error = std::string("malformed message: ") + e.getDescription().cStr();

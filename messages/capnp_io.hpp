@@ -64,6 +64,9 @@ private:
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
 };
 
+// A message's schemaVersion against this build's: false with the error every reader gives.
+bool schema_version_ok(uint32_t version, std::string& error);
+
 // Decodes and validates the root of a message: the reader is fully traversed once (so
 // that a malformed pointer surfaces here, not deep inside a consumer) and the schema
 // version is checked when the struct has one. Reads of the returned message cannot throw.

@@ -37,12 +37,8 @@ template <class T>
 std::optional<decoded_message> open_own(const payload& p, std::string& error) {
   auto msg = decoded_message::from_own(p.bytes);
   if constexpr (detail::has_schema_version<typename T::Reader>::value) {
-    auto version = msg.template root<T>().getSchemaVersion();
-    if (version != schema::SCHEMA_VERSION) {
-      error = "message has schema version " + std::to_string(version) + ", this build reads "
-              + std::to_string(schema::SCHEMA_VERSION);
+    if (!schema_version_ok(msg.template root<T>().getSchemaVersion(), error))
       return std::nullopt;
-    }
   }
   return msg;
 }

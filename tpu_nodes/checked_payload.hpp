@@ -24,11 +24,8 @@ std::optional<messages::decoded_message> open_checked(const std::string& bytes,
   try {
     auto root = msg->template root<T>();
     (void)root.totalSize();
-    if (root.getSchemaVersion() != schema::SCHEMA_VERSION) {
-      error = "message has schema version " + std::to_string(root.getSchemaVersion())
-              + ", this build reads " + std::to_string(schema::SCHEMA_VERSION);
+    if (!messages::schema_version_ok(root.getSchemaVersion(), error))
       return std::nullopt;
-    }
   } catch (const kj::Exception& e) {
     error = std::string("malformed message: ") + e.getDescription().cStr();
     return std::nullopt;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 using namespace maxkernel;
 
@@ -77,4 +78,46 @@ TEST(CapnpIo, FromOwnReadsWhatDecodeReads) {
   // Read as often as a record reads its vertices: no traversal limit runs out.
   for (int k = 0; k < 20000; ++k)
     ASSERT_EQ(own.root<schema::Candidate>().getSource().size(), 5000u);
+}
+
+namespace {
+// A message whose root struct holds a list of `entries` pointers that all point at one blob
+// of `blob_bytes` bytes: small on the wire, read `entries` times by a walk of its pointers.
+std::string shared_blob_message(uint32_t entries, uint32_t blob_bytes) {
+  auto list_pointer = [](int32_t offset, uint64_t element_size, uint64_t count) {
+    return 1ull | (static_cast<uint64_t>(static_cast<uint32_t>(offset) & 0x3fffffffu) << 2) |
+           (element_size << 32) | (count << 35);
+  };
+  std::vector<uint64_t> segment;
+  segment.push_back(0ull | (1ull << 48));        // root: a struct of 0 data words, 1 pointer
+  segment.push_back(list_pointer(0, 6, entries));  // its pointer: a list of pointers
+  for (uint32_t i = 0; i < entries; ++i)            // each at the blob after the list
+    segment.push_back(list_pointer(static_cast<int32_t>(entries - 1 - i), 2, blob_bytes));
+  segment.resize(segment.size() + (blob_bytes + 7) / 8, 0);
+  std::vector<uint32_t> table{0, static_cast<uint32_t>(segment.size())};
+  std::string bytes(reinterpret_cast<const char*>(table.data()), 8);
+  bytes.append(reinterpret_cast<const char*>(segment.data()), segment.size() * 8);
+  return bytes;
+}
+}  // namespace
+
+// CPU amplification: 24 KB whose walk would read 16 MB (2000 x one 8 KB blob) is refused by
+// the check, as capnp refuses a walk past its traversal limit; the same blob read once, and a
+// message as large built by a builder, pass.
+TEST(CapnpIo, AMessageWhosePointersShareAnObjectIsRefused) {
+  std::string error;
+  EXPECT_FALSE(messages::decoded_message::parse(shared_blob_message(2000, 8000), error));
+  EXPECT_NE(error.find("traversal limit"), std::string::npos) << error;
+  error.clear();
+  EXPECT_TRUE(messages::decoded_message::parse(shared_blob_message(1, 8000), error)) << error;
+
+  capnp::MallocMessageBuilder message;
+  auto c = message.initRoot<schema::Candidate>();
+  c.setSchemaVersion(schema::SCHEMA_VERSION);
+  auto params = c.initParams(2000);
+  for (unsigned i = 0; i < params.size(); ++i) {
+    params[i].setName(std::string(200, 'n'));
+    params[i].setValue(std::to_string(i));
+  }
+  EXPECT_TRUE(messages::decode<schema::Candidate>(messages::encode(message), error)) << error;
 }
