@@ -135,11 +135,8 @@ std::string normalize_source(std::string_view source) {
 }
 
 std::string evaluation_key(const evaluation_key_parts& parts) {
-  return evaluation_key(parts, normalize_source(parts.source));
-}
-
-std::string evaluation_key(const evaluation_key_parts& parts, std::string_view normalized) {
-  return evaluation_key(evaluation_key_prefix(parts.reference, normalized), parts);
+  return evaluation_key(evaluation_key_prefix(parts.reference, normalize_source(parts.source)),
+                        parts);
 }
 
 messages::sha256_stream evaluation_key_prefix(bool reference, std::string_view normalized) {

@@ -24,8 +24,6 @@ struct evaluation_key_parts {
 std::string normalize_source(std::string_view source);
 // Hex sha256 over the parts, each length-prefixed.
 std::string evaluation_key(const evaluation_key_parts& parts);
-// The same key when normalize_source(parts.source) is known already (`normalized`).
-std::string evaluation_key(const evaluation_key_parts& parts, std::string_view normalized);
 
 // The key's hash over its leading parts (its format, reference or candidate, the normalised
 // source): one per kernel, shared by all of that kernel's requests.
