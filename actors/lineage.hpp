@@ -81,11 +81,13 @@ private:
     messages::request_settings settings;
     settings.chip = ctx_->chip();
     settings.candidate_id = candidate().getId().cStr();
+    settings.store_scope = ctx_->store_scope();
     messages::build_eval_request(req, ctx_->spec(), candidate().getSource().cStr(),
                                  candidate().getOrigin().cStr(), settings);
     if (options) {
       req.setOptions(*options);
       req.getOptions().setChip(ctx_->chip());
+      req.getOptions().setStoreScope(settings.store_scope);
     }
     return messages::make_payload<schema::EvalRequest>(msg);
   }

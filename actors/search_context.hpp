@@ -38,6 +38,7 @@ struct search_context {
   schema::DataflowGraph::Reader analysis() { return optimize().getAnalysis(); }
   schema::SearchSettings::Reader settings() { return optimize().getSettings(); }
   std::string chip() { return settings().getChip().cStr(); }
+  std::string store_scope() { return settings().getStoreScope().cStr(); }
   schema::TestPlan::Reader test_plan() { return plan->root<schema::TestPlan>(); }
   // The bar of a step that starts with `best_us` the best correct time (0: none).
   void set_cases_bar(double best_us) {

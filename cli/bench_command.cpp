@@ -23,6 +23,7 @@
 #include <caf/send.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -44,6 +45,12 @@ namespace {
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// A mode's scope in the cluster's store when several modes run: bench-MODE, under the
+// user's --store-scope when given.
+std::string mode_store_scope(const std::string& scope, const std::string& mode) {
+  return (scope.empty() ? "" : scope + "/") + "bench-" + mode;
 }
 
 // One row per task, `jobs` tasks at a time; row i is task(i), in suite order whatever the
@@ -323,9 +330,13 @@ json run_cluster_task(const bench_options& opts, const std::string& mode,
 
 // Every task of a mode submitted to the cluster, `jobs` at once (0: all; the supervisor's
 // dispatcher spreads their candidates over its nodes). The supervisor's evaluation store
-// serves every run.
-int run_mode_on_cluster(const bench_options& opts, const std::string& mode,
+// serves every run; with several modes, each mode's runs are answered only by what that
+// mode stored (a scope of its own, as the embedded run's store of its own per mode), so
+// their costs compare.
+int run_mode_on_cluster(bench_options opts, const std::string& mode, bool own_scope,
                         const std::vector<suite_task>& tasks, std::ostream& human, json& out) {
+  if (own_scope)
+    opts.search.store_scope = mode_store_scope(opts.search.store_scope, mode);
   auto started = clock_type::now();
   // An unreachable supervisor or refused credentials end the run (3 or 2), not every task.
   if (int code = check_cluster({opts.cluster, opts.token_file, 30}, std::cerr))
@@ -362,6 +373,7 @@ int run_mode_on_cluster(const bench_options& opts, const std::string& mode,
   json header = mode_header(opts, mode, opts.search.chip.empty() ? "v6e" : opts.search.chip,
                             backend, nodes, nullptr, jobs, jax_version, started);
   header["cluster"] = opts.cluster;
+  header["store_scope"] = opts.search.store_scope;
   out = summarize_run(std::move(header), std::move(rows));
   return 0;
 }
@@ -465,9 +477,9 @@ bool check_options(const bench_options& opts, std::vector<std::string>& modes,
     if (!valid_optimize_options(check, error))
       return false;
   }
-  if (!opts.cluster.empty() && (modes.size() > 1 || modes.front() == "hitl-hint")) {
-    error = "--cluster runs one mode, auto or graph (the modes' comparison needs a store of "
-            "its own per mode; hitl-hint a local operator)";
+  if (!opts.cluster.empty() &&
+      std::find(modes.begin(), modes.end(), "hitl-hint") != modes.end()) {
+    error = "--cluster runs auto and graph (hitl-hint needs a local operator)";
     return false;
   }
   if (opts.cluster.empty() && !opts.token_file.empty()) {
@@ -506,7 +518,7 @@ int run_modes(const bench_options& opts, const std::vector<std::string>& modes,
     json run;
     int code = opts.cluster.empty()
                  ? run_mode(opts, mode, modes.size() > 1, tasks, brains, state_dir, human, run)
-                 : run_mode_on_cluster(opts, mode, tasks, human, run);
+                 : run_mode_on_cluster(opts, mode, modes.size() > 1, tasks, human, run);
     if (code)
       return code;
     human << run_summary(run);

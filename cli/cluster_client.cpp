@@ -198,6 +198,8 @@ std::vector<std::string> search_args(const optimize_options& s) {
     a.emplace_back("--test-every-candidate");
   if (s.no_store)
     a.emplace_back("--no-store");
+  if (!s.store_scope.empty())
+    a.insert(a.end(), {"--store-scope", s.store_scope});
   if (s.resume)
     a.emplace_back("--resume");
   return a;

@@ -51,10 +51,12 @@ std::string reference_hangs(schema::KernelSpec::Reader spec, const node_session&
 }
 
 reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
-                                            const std::string& chip) {
+                                            const std::string& chip,
+                                            const std::string& store_scope) {
   reference_times t;
   messages::request_settings settings;
   settings.chip = chip;
+  settings.store_scope = store_scope;
   settings.reference = true;
   auto reference = evaluate(session, spec, "", "reference", settings);
   if (reference.exit_code == 0) {
@@ -70,6 +72,7 @@ reference_times time_reference_and_baseline(node_session& session, schema::Kerne
     messages::request_settings bs;
     bs.chip = chip;
     bs.profile_only = true;
+    bs.store_scope = store_scope;
     auto baseline = evaluate(session, spec, source, baseline_path, bs);
     if (baseline.exit_code == 0) {
       ++t.evaluations;

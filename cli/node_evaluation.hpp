@@ -34,8 +34,10 @@ struct reference_times {
 std::string reference_hangs(schema::KernelSpec::Reader spec, const node_session& session,
                             const char* while_doing);
 
+// `store_scope`: EvalOptions.storeScope of both requests ("" the shared results).
 reference_times time_reference_and_baseline(node_session& session, schema::KernelSpec::Reader spec,
-                                            const std::string& chip);
+                                            const std::string& chip,
+                                            const std::string& store_scope = "");
 
 // The reference's analyze summary (configuration 0), decoded and readable many times: what
 // the brains match and reason on. 0, or the exit code and `error` (2 when the reference's

@@ -45,6 +45,10 @@ void add_search_options(CLI::App* cmd, optimize_options& opt, const std::vector<
                 "directory (nothing that finished is evaluated again)");
   cmd->add_flag("--no-store", opt.no_store,
                 "neither answer from nor record in the evaluation store");
+  cmd->add_option("--store-scope", opt.store_scope,
+                  "answer from the evaluation store only what was stored under this scope "
+                  "(letters, digits, . _ - /; default: the shared results), e.g. to compare "
+                  "costs against a store that has seen none of them");
   cmd->add_option("--deadline", opt.deadline_seconds, "seconds per evaluation")
     ->check(CLI::PositiveNumber);
   cmd->add_option("--simulate-device-ms", opt.simulate_device_ms,

@@ -26,6 +26,8 @@
 #include <unistd.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <thread>
 #include <filesystem>
@@ -35,6 +37,18 @@ namespace maxkernel::cli {
 
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
+
+bool valid_store_scope(const std::string& scope, std::string& error) {
+  // It becomes part of every evaluation key and travels in the cluster's submissions.
+  bool ok = scope.size() <= 100 && std::all_of(scope.begin(), scope.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+           c == '/';
+  });
+  if (!ok)
+    error = fmt::format("--store-scope {}: up to 100 letters, digits, '.', '_', '-' or '/'",
+                        scope);
+  return ok;
+}
 
 bool valid_optimize_options(const optimize_options& opts, std::string& error) {
   if (opts.mode != "auto" && opts.mode != "graph" && opts.mode != "hitl") {
@@ -71,6 +85,8 @@ bool valid_optimize_options(const optimize_options& opts, std::string& error) {
     error = "the search has no end: give --budget-evals, --budget-seconds or --patience";
     return false;
   }
+  if (!valid_store_scope(opts.store_scope, error))
+    return false;
   if (opts.target_roofline < 0 || opts.target_roofline > 1) {
     error = "--target-roofline: a fraction between 0 and 1";
     return false;

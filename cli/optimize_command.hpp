@@ -43,6 +43,7 @@ struct optimize_options {
   std::string brains;            // brain config file ("" = every role expert)
   bool resume = false;
   bool no_store = false;
+  std::string store_scope;       // EvalOptions.storeScope ("": the shared results)
   double deadline_seconds = 600;
   uint64_t memory_limit_bytes = 8ull << 30;
   unsigned simulate_device_ms = 0;
@@ -55,6 +56,9 @@ struct optimize_options {
   // cluster's credentials (CURVE).
   std::string operator_token_file;
 };
+
+// --store-scope's text: false with the reason.
+bool valid_store_scope(const std::string& scope, std::string& error);
 
 // Command-line checks that need no worker (exit 2 with the reason when false).
 bool valid_optimize_options(const optimize_options& opts, std::string& error);

@@ -21,7 +21,7 @@ int prepare_search(node_session& session, schema::KernelSpec::Reader spec,
     return code;
   if (int code = analyze_reference(session, spec, out.analysis, error))
     return code;
-  out.times = time_reference_and_baseline(session, spec, out.chip);
+  out.times = time_reference_and_baseline(session, spec, out.chip, opts.store_scope);
   out.graph_path = search::default_store_path(state_dir);
 
   auto req = out.request->initRoot<schema::OptimizeRequest>();
@@ -44,6 +44,7 @@ int prepare_search(node_session& session, schema::KernelSpec::Reader spec,
   s.setDeadlineMs(static_cast<uint32_t>(opts.deadline_seconds * 1000));
   s.setOperatorTimeoutSeconds(opts.operator_timeout);
   s.setOnTimeout(opts.on_timeout);
+  s.setStoreScope(opts.store_scope);
   req.setReferenceTimeUs(out.times.reference_us);
   req.setGraphPath(out.graph_path);
   req.setResume(opts.resume);

@@ -22,6 +22,8 @@ void build_eval_request(schema::EvalRequest::Builder request, schema::KernelSpec
   options.setValueScale(settings.value_scale);
   if (!settings.shape_mode.empty())
     options.setShapeMode(settings.shape_mode);
+  if (!settings.store_scope.empty())
+    options.setStoreScope(settings.store_scope);
   if (settings.chip.empty())
     options.setChip(spec.getChip());
   else

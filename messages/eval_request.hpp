@@ -24,6 +24,8 @@ struct request_settings {
   // The candidate's id when the caller holds it already (a lineage sends 1-4 requests per
   // candidate); "" = the sha256 of the source, computed here.
   std::string candidate_id;
+  // EvalOptions.storeScope: stored results answer only requests of the same scope.
+  std::string store_scope;
 };
 
 // The candidate's id is the sha256 of its source (settings.candidate_id when given);

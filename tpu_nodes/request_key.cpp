@@ -59,6 +59,13 @@ std::string result_options(schema::EvalRequest::Reader request, std::string_view
       out += shape_mode.cStr();
     }
   }
+  // Appended only when set, like the tester's modes: the unscoped keys are the ones stored
+  // before scopes existed. The reference's time is scoped too (a mode's run pays for it).
+  auto scope = options.getStoreScope();
+  if (scope.size() > 0) {
+    out += ";storeScope=";
+    out += scope.cStr();
+  }
   if (backend == "jax-tpu") {
     out += ";timeRuns=" + std::to_string(options.getTimeRuns());
     out += ";warmupRuns=" + std::to_string(options.getWarmupRuns());

@@ -80,6 +80,8 @@ struct EvalOptions {
   valueScale @8 :Float64;     # for "large" (0: the worker's default)
   shapeMode @9 :Text;         # "": reduced (or full); "ragged": reduced sizes that leave a
                               # partial last block against the (8, 128) tile
+  storeScope @10 :Text;       # stored results answer only requests of the same scope ("": the
+                              # shared one); `bench --modes` on a cluster gives each mode its own
 }
 
 struct EvalRequest {

@@ -33,6 +33,7 @@ struct SearchSettings {
   testEveryCandidate @14 :Bool; # the tester's cases for every candidate that passes the node's
                                # test; false: only for one faster than the best when its step
                                # started (the others cannot become the result)
+  storeScope @15 :Text;        # EvalOptions.storeScope of every request of the search
 }
 
 struct OptimizeRequest {

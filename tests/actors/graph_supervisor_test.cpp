@@ -263,6 +263,19 @@ TEST_F(GraphSupervisor, TestEveryCandidateRunsTheCasesForEachChild) {
             0u);
 }
 
+// The search's store scope is on every evaluation request, the tester's cases included
+// (their options are the plan's, the scope is the search's).
+TEST_F(GraphSupervisor, EveryRequestCarriesTheSearchsStoreScope) {
+  auto o = optimize(spawn(), {.mode = "graph",
+                              .budget = 6,
+                              .test_every_candidate = true,
+                              .store_scope = "bench-graph"});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  ASSERT_FALSE(node->case_sources.empty());
+  EXPECT_EQ(node->scopes.size(), node->requests);
+  EXPECT_EQ(node->scopes.count("bench-graph"), node->requests);
+}
+
 // A child that failed and was repaired into another kernel is not proposed again: when its
 // parent is expanded in a later round, a planner's step that yields the failed kernel is the
 // same kernel as that vertex (Vertex.triedIds), not a new child. Seen on a real search: the

@@ -45,6 +45,7 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
     book.failing.insert(source);
   book.sources.push_back(source);
   ++book.requests;
+  book.scopes.insert(req.getOptions().getStoreScope().cStr());
   bool is_case = req.getOptions().getSeeds().size() > 0;
   if (is_case)
     book.case_sources.push_back(source);
@@ -354,6 +355,7 @@ payload supervisor_fixture::optimize_request(const search_settings& s) {
   st.setOperatorTimeoutSeconds(s.operator_timeout_s);
   st.setOnTimeout(s.on_timeout);
   st.setTestEveryCandidate(s.test_every_candidate);
+  st.setStoreScope(s.store_scope);
   return messages::make_payload<schema::OptimizeRequest>(msg);
 }
 

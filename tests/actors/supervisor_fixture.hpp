@@ -64,6 +64,7 @@ struct node_book {
                                        // tester's cases (mismatch)
   std::vector<std::string> case_sources;  // the source of each tester case (a request with
                                           // seeds), in arrival order
+  std::multiset<std::string> scopes;   // EvalOptions.storeScope of each request
   answer_order order = answer_order::at_once;  // forward/reversed: held until released
   std::map<unsigned, messages::error_code> errors;  // request n (from 1) answered with an error
   std::vector<std::pair<caf::typed_response_promise<payload>, payload>> held;
@@ -147,6 +148,7 @@ struct search_settings {
   std::string graph_path;
   bool resume = false;
   bool test_every_candidate = false;
+  std::string store_scope;
 };
 
 struct outcome {

@@ -91,7 +91,7 @@ def test_the_searched_rows_have_the_embedded_runs_fields(cluster_run, embedded_r
         # The cluster's result.json adds its counts; the rest is the embedded row's keys.
         assert set(t) - {"nodes_lost", "redispatched"} == set(theirs[name]), name
         assert t["nodes_lost"] == 0
-    assert set(b) - {"cluster"} == set(embedded_run)
+    assert set(b) - {"cluster", "store_scope"} == set(embedded_run)
 
 
 def test_a_malformed_spec_is_a_failed_row_with_its_reason(cluster_run):
@@ -114,10 +114,45 @@ def test_out_receives_each_tasks_outputs(cluster_run):
 
 
 def test_bad_cluster_options_exit_2(suite, cluster, tmp_path):
-    proc = run("bench", suite, *on_cluster(cluster), "--modes", "auto,graph",
+    proc = run("bench", suite, *on_cluster(cluster), "--modes", "graph,hitl-hint",
                "--budget-evals", 2, "--json", tmp_path / "b.json")
-    assert proc.returncode == 2 and "--cluster runs one mode" in proc.stderr
+    assert proc.returncode == 2 and "hitl-hint needs a local operator" in proc.stderr
     assert not (tmp_path / "b.json").exists()
+    proc = run("bench", suite, *on_cluster(cluster), "--store-scope", "a b",
+               "--budget-evals", 2, "--json", tmp_path / "b.json")
+    assert proc.returncode == 2 and "--store-scope a b" in proc.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_several_modes_each_answered_only_from_its_own_evaluations(cluster_run, suite, cluster,
+                                                                   tmp_path):
+    # cluster_run stored this task's evaluations (graph mode, no scope) in the supervisor's
+    # store; the same search under a mode's scope must evaluate everything again, as on a
+    # fresh store, and the second run of the same modes is answered from each mode's own.
+    _, unscoped, _ = cluster_run
+    fresh = next(t for t in unscoped["tasks"] if t["relative"] == "native/matmul")
+
+    def modes_run(name):
+        proc = run("bench", suite, *on_cluster(cluster), "--tasks", "native/matmul",
+                   "--modes", "auto,graph", "--budget-evals", 2, "--json", tmp_path / name)
+        assert proc.returncode == 0, proc.stderr
+        b = json.loads((tmp_path / name).read_text())
+        assert [r["mode"] for r in b["modes"]] == ["auto", "graph"]
+        assert [r["store_scope"] for r in b["modes"]] == ["bench-auto", "bench-graph"]
+        assert b["comparison"]["rule"], b["comparison"]
+        return {r["mode"]: r["tasks"][0] for r in b["modes"]}
+
+    first = modes_run("first.json")
+    graph = first["graph"]
+    assert graph["evaluations"] == fresh["evaluations"], (graph, fresh)
+    assert graph["cache_hits"] == fresh["cache_hits"], (graph, fresh)
+    assert graph["speedup_vs_reference"] == fresh["speedup_vs_reference"]
+    # auto ran first and its reference and first candidate are graph's too: no hit either.
+    assert first["auto"]["cache_hits"] == 0, first["auto"]
+    again = modes_run("again.json")
+    for mode, row in again.items():
+        assert row["evaluations"] == first[mode]["evaluations"], mode
+        assert row["cache_hits"] == row["evaluations"] > 0, (mode, row)
 
 
 def test_workload_on_the_cluster_reports_its_task(cluster, tmp_path):

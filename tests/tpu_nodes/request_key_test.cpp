@@ -121,6 +121,30 @@ TEST(RequestKey, AReferenceIgnoresTheTestersModes) {
   EXPECT_EQ(key_of(plain), key_of(moded));
 }
 
+TEST(RequestKey, AStoreScopeSeparatesCandidatesAndReferences) {
+  // `bench --modes` on a cluster: one store, a scope per mode; no mode's request may be
+  // answered by another's result, the reference's time included.
+  for (bool reference : {false, true}) {
+    auto shared = seeds({1});
+    shared.reference = reference;
+    auto a = shared;
+    a.store_scope = "bench-auto";
+    auto g = shared;
+    g.store_scope = "bench-graph";
+    EXPECT_NE(key_of(shared), key_of(a)) << reference;
+    EXPECT_NE(key_of(a), key_of(g)) << reference;
+    EXPECT_EQ(key_of(a), key_of(a)) << reference;
+    built b;
+    build(b, a);
+    EXPECT_EQ(b.request.getOptions().getStoreScope(), "bench-auto");
+  }
+  // Unscoped, the options text is the one stored before scopes existed.
+  EXPECT_EQ(options_of(seeds({1})), "configuration=0;seeds=1;full=0");
+  auto scoped = seeds({1});
+  scoped.store_scope = "s/bench-graph";
+  EXPECT_EQ(options_of(scoped), "configuration=0;seeds=1;full=0;storeScope=s/bench-graph");
+}
+
 }  // namespace
 
 // The nodes of a process share the key prefixes (normalised, hashed sources) of recent
