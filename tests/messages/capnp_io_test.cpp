@@ -101,15 +101,24 @@ std::string shared_blob_message(uint32_t entries, uint32_t blob_bytes) {
 }
 }  // namespace
 
-// CPU amplification: 24 KB whose walk would read 16 MB (2000 x one 8 KB blob) is refused by
-// the check, as capnp refuses a walk past its traversal limit; the same blob read once, and a
-// message as large built by a builder, pass.
+// CPU amplification: 24 KB whose walk would read 16 MB (2000 x one 8 KB blob), and 24 bytes
+// that hold a million empty structs, are refused by the check, as capnp refuses a walk past
+// its traversal limit; the same blob read once, and a message as large built by a builder,
+// pass.
 TEST(CapnpIo, AMessageWhosePointersShareAnObjectIsRefused) {
   std::string error;
   EXPECT_FALSE(messages::decoded_message::parse(shared_blob_message(2000, 8000), error));
   EXPECT_NE(error.find("traversal limit"), std::string::npos) << error;
   error.clear();
   EXPECT_TRUE(messages::decoded_message::parse(shared_blob_message(1, 8000), error)) << error;
+
+  // 24 bytes holding a list of a million empty structs (capnp counts a word per element).
+  // table; root: a struct of 1 pointer; that pointer: an inline-composite list; its tag.
+  std::vector<uint64_t> empties{0, 1ull << 48, 1ull | (7ull << 32), 1000000ull << 2};
+  empties[0] = 3ull << 32;  // the table: 1 segment of 3 words
+  EXPECT_FALSE(messages::decoded_message::parse(
+    std::string(reinterpret_cast<const char*>(empties.data()), empties.size() * 8), error));
+  EXPECT_NE(error.find("traversal limit"), std::string::npos) << error;
 
   capnp::MallocMessageBuilder message;
   auto c = message.initRoot<schema::Candidate>();
