@@ -31,6 +31,10 @@ interrupt_stop::interrupt_stop(std::ostream& err) : err_(err) {
   interrupted = false;
   searching = false;
   previous_ = std::signal(SIGINT, on_sigint);
+  // Started with SIGINT ignored (a script's background job: the shell ignores it there so
+  // that the terminal's Ctrl-C spares the job): it stays ignored, as shells and Python do.
+  if (previous_ == SIG_IGN)
+    std::signal(SIGINT, SIG_IGN);
   watcher_ = std::thread([this] { watch(); });
 }
 

@@ -256,7 +256,9 @@ def test_ctrl_c_at_the_client_stops_the_search_on_the_supervisor(cluster):
                              "30", "--seed", "3", "--cluster", f"127.0.0.1:{cluster.client_port}",
                              "--token-file", str(cluster.token), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # SIGINT at its default even when the tests run with it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: stored_evaluations(cluster.state) >= 2 or proc.poll() is not None, 600,
              "the first candidate's evaluation")
     assert proc.poll() is None, "the search ended before it could be interrupted"
