@@ -24,6 +24,24 @@ def evaluated_vertices(db_path):
     return sum(1 for state, _, _ in finished_vertices(db_path).values() if state == "evaluated")
 
 
+def sigint_once_evaluating(proc, state, what):
+    """SIGINT to `proc` once its search has evaluated a vertex; waits for its end. Its
+    stderr (when piped), or None."""
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and proc.poll() is None:
+            if evaluated_vertices(state / "evaluations.sqlite") >= 1:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the search ended before {what}"
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=900)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_the_first_ctrl_c_stops_the_search_and_keeps_its_outputs(tmp_path):
     state, out = tmp_path / "state", tmp_path / "out"
@@ -33,18 +51,8 @@ def test_the_first_ctrl_c_stops_the_search_and_keeps_its_outputs(tmp_path):
                             stdout=subprocess.PIPE, stderr=err, text=True,
                             start_new_session=True, preexec_fn=default_sigint)
     try:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and proc.poll() is None:
-            if evaluated_vertices(state / "evaluations.sqlite") >= 1:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the search ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=900)
+        sigint_once_evaluating(proc, state, "it could be interrupted")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
         err.close()
     stderr = (tmp_path / "stderr.txt").read_text()
     assert proc.returncode in (0, 1), stderr
@@ -79,19 +87,7 @@ def test_a_search_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and proc.poll() is None:
-            if evaluated_vertices(state / "evaluations.sqlite") >= 1:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the search ended before the signal"
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    stderr = sigint_once_evaluating(proc, state, "the signal")
     assert proc.returncode in (0, 1), stderr
     assert "interrupted" not in stderr
     assert json.loads((out / "result.json").read_text())["stop_reason"] == "budget"
