@@ -6,6 +6,7 @@
 #include <capnp/message.h>
 
 #include <chrono>
+#include <signal.h>
 #include <ostream>
 
 namespace maxkernel::cli {
@@ -30,11 +31,14 @@ void on_sigint(int) {
 interrupt_stop::interrupt_stop(std::ostream& err) : err_(err) {
   interrupted = false;
   searching = false;
-  previous_ = std::signal(SIGINT, on_sigint);
   // Started with SIGINT ignored (a script's background job: the shell ignores it there so
   // that the terminal's Ctrl-C spares the job): it stays ignored, as shells and Python do.
-  if (previous_ == SIG_IGN)
-    std::signal(SIGINT, SIG_IGN);
+  // Looked at before anything is installed, so no SIGINT reaches on_sigint meanwhile.
+  struct sigaction current {};
+  if (sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler == SIG_IGN)
+    previous_ = SIG_IGN;
+  else
+    previous_ = std::signal(SIGINT, on_sigint);
   watcher_ = std::thread([this] { watch(); });
 }
 

@@ -38,6 +38,8 @@ namespace maxkernel::cli {
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
+namespace {
+// --store-scope's text: false with the reason.
 bool valid_store_scope(const std::string& scope, std::string& error) {
   // It becomes part of every evaluation key and travels in the cluster's submissions.
   bool ok = scope.size() <= 100 && std::all_of(scope.begin(), scope.end(), [](char c) {
@@ -49,6 +51,7 @@ bool valid_store_scope(const std::string& scope, std::string& error) {
                         scope);
   return ok;
 }
+}  // namespace
 
 bool valid_optimize_options(const optimize_options& opts, std::string& error) {
   if (opts.mode != "auto" && opts.mode != "graph" && opts.mode != "hitl") {

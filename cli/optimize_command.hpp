@@ -57,9 +57,6 @@ struct optimize_options {
   std::string operator_token_file;
 };
 
-// --store-scope's text: false with the reason.
-bool valid_store_scope(const std::string& scope, std::string& error);
-
 // Command-line checks that need no worker (exit 2 with the reason when false).
 bool valid_optimize_options(const optimize_options& opts, std::string& error);
 
