@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <system_error>
 
 namespace maxkernel::actors {
 
@@ -20,18 +21,28 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
   readers_.clear();
   transcript_.clear();
   resumed_ = false;
+  graph_.reset();
   if (graph_path.empty())
     return true;
-  graph_ = search::search_graph::open(graph_path, error);
-  if (!graph_)
+  auto graph = search::search_graph::open(graph_path, error);
+  if (!graph)
     return false;
-  if (!graph_->begin(search_header_for(spec, settings), resume, resumed_, error))
+  if (!graph->begin(search_header_for(spec, settings), resume, resumed_, error))
     return false;
-  if (!resumed_)
-    return true;
-  auto stored = graph_->vertices(error);
-  if (!error.empty())
+  std::vector<std::string> stored, transcript;
+  if (resumed_) {
+    stored = graph->vertices(error);
+    if (error.empty())
+      transcript = graph->transcript(error);
+    if (!error.empty())
+      return false;
+  }
+  try {
+    graph_ = std::make_unique<search::graph_writer>(std::move(graph));
+  } catch (const std::system_error& e) {  // no thread to be had
+    error = graph_path + ": cannot start the thread that writes the search graph: " + e.what();
     return false;
+  }
   for (size_t i = 0; i < stored.size(); ++i) {
     auto msg = messages::decode<schema::Vertex>(stored[i], error);
     if (!msg) {
@@ -48,16 +59,18 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
     vertices_.push_back(std::move(*msg));
   }
   reindex();
-  transcript_ = graph_->transcript(error);
-  return error.empty();
+  transcript_ = std::move(transcript);
+  return true;
 }
 
 bool search_record::append_transcript(const std::string& entry, std::string& error) {
-  if (graph_ && !graph_->append_transcript(entry, error))
+  if (graph_ && (!graph_->flush(error) || !graph_->graph().append_transcript(entry, error)))
     return false;
   transcript_.push_back(entry);
   return true;
 }
+
+bool search_record::flush(std::string& error) { return !graph_ || graph_->flush(error); }
 
 bool search_record::put(schema::Vertex::Reader v, std::string& error) {
   return put_all({messages::encode_root(v)}, error);
@@ -86,7 +99,7 @@ bool search_record::put_all(const std::vector<std::string>& all, std::string& er
     next = std::max(next, i + 1);
     decoded.push_back(std::move(msg));
   }
-  if (graph_ && !graph_->put_decoded_vertices(all, decoded, error))
+  if (graph_ && !graph_->put(all, decoded, error))
     return false;
   bool rebuild = false;
   for (auto& msg : decoded) {

@@ -2,12 +2,14 @@
 // messages search/search_graph persists), the best correct one, the curve of the best time
 // per candidate, and the tallies that go into the OptimizeResult. Plain C++ (no actors), so
 // the supervisors' bookkeeping is tested on its own. When a graph file is given, every
-// change is written through before the supervisor goes on: a killed search resumes from it.
+// change is written behind, in order (search::graph_writer): a killed search resumes from
+// the prefix that was written, and flush makes all of it durable before a result.
 #pragma once
 
 #include "maxkernel/schema/agent.capnp.h"
 #include "maxkernel/schema/search.capnp.h"
 #include "messages/capnp_io.hpp"
+#include "search/graph_writer.hpp"
 #include "search/search_graph.hpp"
 
 #include <capnp/message.h>
@@ -36,12 +38,16 @@ public:
             schema::SearchSettings::Reader settings, bool resume, std::string& error);
   bool resumed() const { return resumed_; }
 
-  // Adds or replaces vertex v.getIndex() (index == size() appends); written through.
+  // Adds or replaces vertex v.getIndex() (index == size() appends); written behind.
   bool put(schema::Vertex::Reader v, std::string& error);
   // Adds or replaces several vertices (Vertex bytes) in one transaction of the graph file: a
-  // round's children are all recorded, or none.
+  // round's children are all recorded, or none. False when they do not fit (nothing kept)
+  // or when an earlier write to the graph file failed.
   bool put_all(const std::vector<std::string>& vertices, std::string& error);
-  // Marks vertex i exhausted (the planner had no new move from it); written through.
+  // Waits until everything put is in the graph file (durable); false with the first write
+  // that failed. Before a result is delivered: the caller may copy the file then.
+  bool flush(std::string& error);
+  // Marks vertex i exhausted (the planner had no new move from it); written behind.
   bool mark_exhausted(size_t i, std::string& error);
   size_t size() const { return vertices_.size(); }
   schema::Vertex::Reader vertex(size_t i) const { return readers_[i]; }
@@ -67,8 +73,8 @@ public:
                     const std::string& parent_id = "") const;
   static constexpr size_t full_recent = 8;
 
-  // hitl's transcript (TranscriptEntry bytes): appended and written through; a resumed
-  // search's is loaded with it.
+  // hitl's transcript (TranscriptEntry bytes): appended and written through, after what was
+  // put before it; a resumed search's is loaded with it.
   bool append_transcript(const std::string& entry, std::string& error);
   const std::vector<std::string>& transcript() const { return transcript_; }
 
@@ -91,7 +97,7 @@ private:
   int best_ = -1;
   unsigned evaluated_ = 0;
   std::vector<std::string> transcript_;
-  std::unique_ptr<search::search_graph> graph_;
+  std::unique_ptr<search::graph_writer> graph_;
   bool resumed_ = false;
   capnp::MallocMessageBuilder usage_;
 };

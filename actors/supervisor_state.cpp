@@ -19,6 +19,11 @@ void report(supervisor_self self, const std::string& message) {
 
 void finish(supervisor_self self, const std::string& reason) {
   auto& st = self->state;
+  // The graph file holds the whole search before anyone reads the result (and copies it).
+  std::string error;
+  if (!st.run->record.flush(error))
+    return abort_search(self, messages::make_error(messages::error_code::internal,
+                                                   "search graph: " + error));
   report(self, "stopped: " + reason);
   st.promise.deliver(
     payload{capnp::typeId<schema::OptimizeResult>(), st.run->result(reason, st.round)});

@@ -52,6 +52,9 @@ public:
   // checked by messages::decode or the caller's own encoding): not decoded a second time.
   bool put_decoded_vertices(const std::vector<std::string>& vertex_bytes,
                             std::vector<messages::decoded_message>& decoded, std::string& error);
+  // What put_decoded_vertices checks before it writes: a search is begun and every vertex
+  // fits (its parent -1 or an earlier vertex, its time a time). error names the file.
+  bool check_vertices(std::vector<messages::decoded_message>& decoded, std::string& error) const;
   // The current search's vertices (Vertex bytes), index order.
   std::vector<std::string> vertices(std::string& error) const;
   // Appends one entry (TranscriptEntry bytes, hitl's proposals and decisions) to the current
@@ -77,7 +80,9 @@ private:
   // The blobs a one-parameter (search key) SELECT gives, in order.
   std::vector<std::string> rows(sqlite3_stmt* st, const char* what,
                                 std::string& error) const;
-  // The transaction of put_vertices, for vertices already checked.
+  // The transaction of put_vertices, for vertices already checked (graph_writer's put
+  // checks them when they are queued, and its thread stores them).
+  friend class graph_writer;
   bool store_vertices(const std::vector<std::string>& vertex_bytes,
                       std::vector<messages::decoded_message>& decoded, std::string& error);
   std::unique_ptr<db> db_;

@@ -37,9 +37,9 @@ unsigned evaluations_of(schema::OptimizeResult::Reader r) {
 
 }  // namespace
 
-// Every time the node holds answers, the graph file already holds the round's children as
-// pending vertices, and the node was asked about exactly those kernels: none was chosen after
-// another's result was in.
+// Every time the node holds answers, it was asked about children of one round only, and about
+// every child of that round: none was chosen after another's result was in. The graph file,
+// written behind the search, holds the whole search once the result is delivered.
 TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
   search::test::temp_dir dir;
   search_settings s{.mode = "graph", .budget = 7, .graph_path = dir.file("graph.sqlite")};
@@ -49,50 +49,53 @@ TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
   ASSERT_TRUE(req) << error;
   node->order = answer_order::forward;
   start(spawn(), s);
-  std::map<unsigned, std::set<std::string>> pending_by_round;  // as first seen in the file
-  unsigned snapshots = 0;
+  struct snapshot {
+    std::set<std::string> held, ever;  // sources the node holds answers for; ever asked
+  };
+  std::vector<snapshot> snapshots;
   for (;;) {
     env.run_messages();
     if (node->held.empty())
       break;
-    ++snapshots;
-    actors::search_record file;
-    auto r = req->root<schema::OptimizeRequest>();
-    ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
-    std::set<std::string> pending;
-    std::map<unsigned, std::set<std::string>> now;
-    for (size_t i = 0; i < file.size(); ++i) {
-      auto v = file.vertex(i);
-      if (v.getState() != schema::VertexState::PENDING)
-        continue;
-      pending.insert(v.getCandidate().getSource().cStr());
-      now[v.getRound()].insert(v.getCandidate().getSource().cStr());
-    }
-    for (auto& [round, children] : now)
-      pending_by_round.emplace(round, children);  // the first sight of each round's children
-    // the held requests are about pending children, and each pending child was asked (a
-    // child slower than the round's bar takes no tester's cases: it may be in already)
-    std::set<std::string> asked;
-    for (size_t i = node->sources.size() - node->held.size(); i < node->sources.size(); ++i)
-      asked.insert(node->sources[i]);
-    for (auto& a : asked)
-      EXPECT_TRUE(pending.count(a)) << "snapshot " << snapshots << ": asked about a kernel "
-                                    << "that is not a pending child";
-    std::set<std::string> ever(node->sources.begin(), node->sources.end());
-    for (auto& p : pending)
-      EXPECT_TRUE(ever.count(p)) << "snapshot " << snapshots << ": a pending child not asked";
+    snapshot snap;
+    snap.held = node->held_sources();
+    snap.ever = node->distinct();
+    snapshots.push_back(std::move(snap));
     env.self->send(node_actor, release_atom::value);
   }
   auto o = answer();
   ASSERT_TRUE(o.result) << messages::message_of(o.error);
   auto r = o.r();
-  EXPECT_GE(snapshots, 2u);
-  // The vertices of each round are the children that were fixed for it, no more, no fewer.
+  EXPECT_GE(snapshots.size(), 2u);
   std::map<unsigned, std::set<std::string>> by_round;
   for (auto v : r.getVertices())
     by_round[v.getRound()].insert(v.getCandidate().getSource().cStr());
-  EXPECT_EQ(by_round, pending_by_round);
   EXPECT_GE(by_round.size(), 2u);
+  for (size_t k = 0; k < snapshots.size(); ++k) {
+    // The round whose children the held requests are about (a tester's case of a child is a
+    // request about the child's kernel too).
+    auto in = [&](const std::set<std::string>& children) {
+      return std::includes(children.begin(), children.end(), snapshots[k].held.begin(),
+                           snapshots[k].held.end());
+    };
+    auto round = std::find_if(by_round.begin(), by_round.end(),
+                              [&](const auto& e) { return in(e.second); });
+    ASSERT_NE(round, by_round.end()) << "snapshot " << k << ": held requests of two rounds, or "
+                                     << "about a kernel that is no child";
+    for (auto& child : round->second)
+      EXPECT_TRUE(snapshots[k].ever.count(child))
+        << "snapshot " << k << ": a child of round " << round->first << " not asked yet";
+  }
+  // The graph file holds what the result holds.
+  actors::search_record file;
+  auto rq = req->root<schema::OptimizeRequest>();
+  ASSERT_TRUE(file.open(s.graph_path, rq.getSpec(), rq.getSettings(), true, error)) << error;
+  ASSERT_EQ(file.size(), r.getVertices().size());
+  for (size_t i = 0; i < file.size(); ++i) {
+    EXPECT_EQ(file.vertex(i).getState(), r.getVertices()[static_cast<unsigned>(i)].getState());
+    EXPECT_EQ(file.vertex(i).getCandidate().getId(),
+              r.getVertices()[static_cast<unsigned>(i)].getCandidate().getId());
+  }
   // A later round's children are moves from vertices of earlier rounds.
   for (auto v : r.getVertices())
     if (v.getParent() >= 0)
@@ -189,22 +192,34 @@ TEST_F(GraphSupervisor, AResumedSearchFinishesTheRoundItWasKilledIn) {
   node->order = answer_order::forward;
   auto first = spawn();
   start(first, s);
-  std::set<std::string> in_flight;
+  // Answers are released until the node holds a child of a later round than the first.
+  std::set<std::string> first_round;
+  for (auto v : whole.r().getVertices())
+    if (v.getRound() == 0)
+      first_round.insert(v.getCandidate().getSource().cStr());
+  std::set<std::string> held;
   for (;;) {
     env.run_messages();
     ASSERT_FALSE(node->held.empty()) << "the search ended before its second round";
-    actors::search_record file;
-    auto r = req->root<schema::OptimizeRequest>();
-    ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
-    for (size_t i = 0; i < file.size(); ++i)
-      if (file.vertex(i).getState() == schema::VertexState::PENDING && file.vertex(i).getRound() > 0)
-        in_flight.insert(file.vertex(i).getCandidate().getSource().cStr());
-    if (!in_flight.empty())
+    held = node->held_sources();
+    if (!first_round.count(*held.begin()))
       break;
     env.self->send(node_actor, release_atom::value);
   }
   env.self->send_exit(first, caf::exit_reason::kill);
   env.run_messages();
+  // The killed search's file: the round that was out is pending there.
+  std::set<std::string> in_flight;
+  {
+    actors::search_record file;
+    auto r = req->root<schema::OptimizeRequest>();
+    ASSERT_TRUE(file.open(s.graph_path, r.getSpec(), r.getSettings(), true, error)) << error;
+    for (size_t i = 0; i < file.size(); ++i)
+      if (file.vertex(i).getState() == schema::VertexState::PENDING)
+        in_flight.insert(file.vertex(i).getCandidate().getSource().cStr());
+  }
+  ASSERT_FALSE(in_flight.empty());
+  EXPECT_TRUE(std::includes(in_flight.begin(), in_flight.end(), held.begin(), held.end()));
   node->held.clear();
   node->order = answer_order::at_once;
   size_t before = node->sources.size();

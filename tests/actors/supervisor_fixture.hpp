@@ -71,6 +71,10 @@ struct node_book {
   size_t max_held = 0;                 // the most answers released at once
 
   std::set<std::string> distinct() const { return {sources.begin(), sources.end()}; }
+  // The sources of the requests it holds answers for (the last ones it received).
+  std::set<std::string> held_sources() const {
+    return {sources.end() - static_cast<std::ptrdiff_t>(held.size()), sources.end()};
+  }
 };
 
 // The modeled time of a kernel: from the `# params:` header of an expert template's source
