@@ -98,7 +98,7 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
 }
 
 // The round's children from `plans` (one per expanded vertex, in selection order), each
-// implemented in step order; then truncated to the budget and dispatched.
+// implemented in step order; then truncated to the round's share of the budget and dispatched.
 void implement_round(supervisor_self self, std::vector<int> parents,
                      std::vector<std::shared_ptr<messages::decoded_message>> plans, size_t at,
                      std::shared_ptr<std::vector<implemented_step>> children,
@@ -106,7 +106,7 @@ void implement_round(supervisor_self self, std::vector<int> parents,
   auto run = self->state.run;
   unsigned want = run->ctx->settings().getBranching();
   if (at == plans.size()) {
-    size_t budget = run->remaining_budget();
+    size_t budget = run->round_budget();
     if (children->size() > budget)
       children->resize(budget);
     if (children->empty())

@@ -90,6 +90,11 @@ unsigned search_run::remaining_budget() const {
   return done >= cap ? 0 : cap - done;
 }
 
+unsigned search_run::round_budget() const {
+  unsigned left = remaining_budget();
+  return left == std::numeric_limits<unsigned>::max() ? left : left - left / 2;
+}
+
 uint32_t search_run::budget_evals() const {
   return budget_evals_ ? *budget_evals_ : ctx->settings().getBudgetEvals();
 }

@@ -29,6 +29,11 @@ public:
   void step_ended();
   // Candidates the budget still allows (UINT32_MAX without a cap).
   unsigned remaining_budget() const;
+  // The candidates one graph round may take: half of what the budget leaves, rounded up (all
+  // of it without a cap). A capped search so keeps evaluations to refine what its earlier
+  // rounds found instead of spending them all on one breadth-first round. Depends on the
+  // budget and the finished vertices only, never on nodes or timing.
+  unsigned round_budget() const;
   // The cap on candidates (0: none): the request's, or the operator's change of it.
   uint32_t budget_evals() const;
 

@@ -130,7 +130,7 @@ TEST_F(GraphSupervisor, TheOutcomeDoesNotDependOnTheNodesAnswerOrder) {
 
 TEST_F(GraphSupervisor, RespectsTheBudgetEvenInTheMiddleOfARound) {
   // With beam 2 x branching 2 a later round has up to 4 children; budgets that end inside
-  // one cut it.
+  // one cut it, and each round takes at most half of what is left.
   for (unsigned budget : {2u, 5u, 6u}) {
     SCOPED_TRACE(budget);
     node->requests = 0;
@@ -143,6 +143,16 @@ TEST_F(GraphSupervisor, RespectsTheBudgetEvenInTheMiddleOfARound) {
     EXPECT_EQ(node->requests, evaluations_of(r));
     for (auto v : r.getVertices())
       EXPECT_NE(v.getState(), schema::VertexState::PENDING);
+    // No round takes more than half of what the budget left it (rounded up).
+    std::map<unsigned, unsigned> width;
+    for (auto v : r.getVertices())
+      ++width[v.getRound()];
+    unsigned left = budget;
+    for (auto [round, n] : width) {
+      EXPECT_LE(n, left - left / 2) << "round " << round;
+      left -= n;
+    }
+    EXPECT_GE(width.size(), budget == 2 ? 2u : 3u);
   }
 }
 

@@ -8,6 +8,8 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 using namespace maxkernel;
 using maxkernel::search::test::temp_dir;
 
@@ -301,6 +303,27 @@ TEST(SearchRun, StopsOnBudget) {
   put(run->record, {1, 0, schema::VertexState::FAILED, false, 0.0, "b"});
   EXPECT_EQ(run->stop_reason(), "budget");
   EXPECT_EQ(run->remaining_budget(), 0u);
+}
+
+// A graph round takes half of what the budget leaves (rounded up): 8 goes 4, 2, 1, 1.
+TEST(SearchRun, AGraphRoundTakesHalfOfWhatTheBudgetLeaves) {
+  auto run = run_with(8, 0, 0);
+  std::vector<unsigned> widths;
+  unsigned index = 0;
+  while (run->remaining_budget() > 0) {
+    unsigned width = run->round_budget();
+    widths.push_back(width);
+    for (unsigned k = 0; k < width; ++k, ++index)
+      put(run->record, {index, static_cast<int>(index) - 1, schema::VertexState::EVALUATED, true, 10.0,
+                        "k" + std::to_string(index)});
+  }
+  EXPECT_EQ(widths, (std::vector<unsigned>{4, 2, 1, 1}));
+  EXPECT_EQ(run->round_budget(), 0u);
+  // Pending vertices are not spent yet; without a cap a round is not limited.
+  auto open = run_with(3, 0, 0);
+  put(open->record, {0, -1, schema::VertexState::PENDING, false, 0.0, "a"});
+  EXPECT_EQ(open->round_budget(), 2u);
+  EXPECT_EQ(run_with(0, 2, 0)->round_budget(), std::numeric_limits<unsigned>::max());
 }
 
 TEST(SearchRun, StopsAfterPatienceStepsWithoutAFasterKernel) {
