@@ -19,7 +19,7 @@ graph_writer::~graph_writer() {
 
 bool graph_writer::put(std::vector<std::string> vertex_bytes,
                        std::vector<messages::decoded_message>& decoded, std::string& error) {
-  if (!graph_->check_vertices(decoded, error))
+  if (!graph_->check_vertices(vertex_bytes, decoded, error))
     return false;
   {
     std::lock_guard lock(mu_);

@@ -297,16 +297,17 @@ bool search_graph::put_vertices(const std::vector<std::string>& all, std::string
 bool search_graph::put_decoded_vertices(const std::vector<std::string>& all,
                                         std::vector<messages::decoded_message>& decoded,
                                         std::string& error) {
+  return check_vertices(all, decoded, error) && store_vertices(all, decoded, error);
+}
+
+bool search_graph::check_vertices(const std::vector<std::string>& all,
+                                  std::vector<messages::decoded_message>& decoded,
+                                  std::string& error) const {
   if (decoded.size() != all.size()) {
     error = path_ + ": search " + key_ + ": " + std::to_string(decoded.size()) +
             " decoded vertices for " + std::to_string(all.size());
     return false;
   }
-  return check_vertices(decoded, error) && store_vertices(all, decoded, error);
-}
-
-bool search_graph::check_vertices(std::vector<messages::decoded_message>& decoded,
-                                  std::string& error) const {
   if (key_.empty()) {
     error = path_ + ": cannot store a vertex before a search is begun";
     return false;

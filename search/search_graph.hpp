@@ -52,9 +52,11 @@ public:
   // checked by messages::decode or the caller's own encoding): not decoded a second time.
   bool put_decoded_vertices(const std::vector<std::string>& vertex_bytes,
                             std::vector<messages::decoded_message>& decoded, std::string& error);
-  // What put_decoded_vertices checks before it writes: a search is begun and every vertex
-  // fits (its parent -1 or an earlier vertex, its time a time). error names the file.
-  bool check_vertices(std::vector<messages::decoded_message>& decoded, std::string& error) const;
+  // What put_decoded_vertices checks before it writes: one decoded message per vertex, a
+  // search is begun and every vertex fits (its parent -1 or an earlier vertex, its time a
+  // time). error names the file.
+  bool check_vertices(const std::vector<std::string>& vertex_bytes,
+                      std::vector<messages::decoded_message>& decoded, std::string& error) const;
   // The current search's vertices (Vertex bytes), index order.
   std::vector<std::string> vertices(std::string& error) const;
   // Appends one entry (TranscriptEntry bytes, hitl's proposals and decisions) to the current

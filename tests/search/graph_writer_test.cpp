@@ -140,6 +140,11 @@ TEST(GraphWriter, AVertexThatDoesNotFitIsRefusedAtOnceAndNothingOfItsBatchIsQueu
   EXPECT_FALSE(put(w, {vertex(1, 5, false), vertex(0, -1, true, 10)}, error));
   EXPECT_NE(error.find("neither -1 nor an earlier vertex"), std::string::npos) << error;
   EXPECT_NE(error.find(path), std::string::npos) << error;
+  // Bytes without their decoded messages are refused too (search_graph::check_vertices).
+  std::vector<std::string> two = {vertex(1, 0, true, 10), vertex(2, 1, true, 10)};
+  auto one = decoded({two[0]});
+  EXPECT_FALSE(w.put(two, one, error));
+  EXPECT_NE(error.find("1 decoded vertices for 2"), std::string::npos) << error;
   error.clear();
   ASSERT_TRUE(w.flush(error)) << error;  // a refusal is not a failed write
   expect_batches(stored(path), 1);
