@@ -435,25 +435,47 @@ private:
     s.kind = SuggestionKind::ALIGN_TO_MXU;
     s.call = v.index;
     s.factor = 1 / (1 - worst);
-    // The input whose block carries an unaligned matmul dimension.
+    // The input whose block carries an unaligned matmul dimension that a block size sets (the
+    // block is a tile of a larger array dimension). A dimension carried only as an input's
+    // whole extent is the task's (attention's head_dim 128 on a 256-wide MXU): no block choice
+    // removes that padding, so the rationale says so and nothing is suggested.
+    auto unaligned = [&](int64_t b) {
+      return (b == dot.getN() && dot.getN() % mxu != 0) ||
+             (b == dot.getK() && dot.getK() % mxu != 0);
+    };
+    int64_t whole = 0;
     for (auto op : v.structure->getOperands()) {
-      if (op.getRole() != schema::OperandRole::INPUT)
+      if (op.getRole() != schema::OperandRole::INPUT || s.index >= 0)
         continue;
-      bool hit = false;
-      for (auto b : op.getBlockShape())
-        hit = hit || ((b == dot.getN() && dot.getN() % mxu != 0) ||
-                      (b == dot.getK() && dot.getK() % mxu != 0));
-      if (hit) {
+      auto block = op.getBlockShape();
+      auto shape = op.getType().getShape();
+      for (unsigned j = 0; j < block.size(); ++j) {
+        if (!unaligned(block[j]))
+          continue;
+        if (j < shape.size() && shape[j] == block[j]) {
+          whole = block[j];
+          continue;
+        }
         s.role = "input";
         s.index = static_cast<int>(op.getIndex());
         break;
       }
     }
-    s.rationale = fmt::format(
+    auto what = fmt::format(
         "{}'s per-step dot {}x{}x{} (m x n x k) pads to {}x{}x{} on the {}-wide MXU: {:.0f}% "
-        "of its MXU work is padding; make the block dims multiples of {}",
+        "of its MXU work is padding",
         v.prof.getName().cStr(), dot.getM(), dot.getN(), dot.getK(), pad(dot.getM(), sub),
-        pad(dot.getN(), mxu), pad(dot.getK(), mxu), mxu, pct(worst), mxu);
+        pad(dot.getN(), mxu), pad(dot.getK(), mxu), mxu, pct(worst));
+    if (s.index < 0 && whole > 0) {
+      s.kind = SuggestionKind::NONE;
+      s.factor = 0;
+      s.rationale = fmt::format(
+          "{}; {} is an input's whole dimension (the task's shape), so no block choice "
+          "removes it",
+          what, whole);
+    } else {
+      s.rationale = fmt::format("{}; make the block dims multiples of {}", what, mxu);
+    }
     out.push_back(std::move(s));
   }
 

@@ -269,7 +269,8 @@ TEST(Diagnose, UnalignedBlockDimsPadTheMxu) {
   auto a = d.of(SuggestionKind::ALIGN_TO_MXU);
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].getOperandRole(), "input");
-  EXPECT_EQ(a[0].getOperandIndex(), 0);  // its block carries k = 300
+  // Its block tiles n = 200 of 800; k = 300 is the whole of both inputs, no block sets it.
+  EXPECT_EQ(a[0].getOperandIndex(), 1);
   // 128x200x300 pads to 128x256x384: 60000 / 98304 of the work is useful.
   EXPECT_NEAR(a[0].getFactor(), 98304.0 / 60000.0, 1e-9);
   EXPECT_TRUE(contains(a[0].getRationale(), "pads to 128x256x384 on the 128-wide MXU: 39%"))
@@ -289,6 +290,45 @@ TEST(Diagnose, UnalignedBlockDimsPadTheMxu) {
   diagnosis padded;
   run(padded, p, {c}, wide);
   EXPECT_EQ(padded.of(SuggestionKind::ALIGN_TO_MXU).size(), 1u);
+}
+
+TEST(Diagnose, PaddingFromTheTasksOwnDimensionIsExplainedNotSuggested) {
+  // Attention's q.k^T with head_dim 128 on a 256-wide MXU: k = 128 is the whole last
+  // dimension of both inputs, so no block size can align it.
+  call_spec c;
+  c.name = "attn";
+  c.grid = {8, 8};
+  c.operands = {
+      {OperandRole::INPUT, {4096, 128}, {512, 128}, "bfloat16", {{0}}},
+      {OperandRole::INPUT, {4096, 128}, {512, 128}, "bfloat16", {{1}}},
+      {OperandRole::OUTPUT, {4096, 4096}, {512, 512}, "float32", {{0}, {1}}},
+  };
+  c.dots = {{512, 512, 128}};
+  call_profile_spec cp;
+  cp.name = "attn";
+  cp.bound = "compute";
+  cp.time_us = 50;
+  cp.compute_us = 45;
+  profile_spec p{"compute", 50, 30, 0, {cp}};
+  auto wide = tests::paper_chip();
+  wide.mxu_size = 256;
+  diagnosis d;
+  run(d, p, {c}, wide);
+  EXPECT_TRUE(d.of(SuggestionKind::ALIGN_TO_MXU).empty());
+  auto none = d.of(SuggestionKind::NONE);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(contains(none[0].getRationale(), "pads to 512x512x256 on the 256-wide MXU: 50%"))
+      << none[0].getRationale().cStr();
+  EXPECT_TRUE(contains(none[0].getRationale(), "128 is an input's whole dimension"))
+      << none[0].getRationale().cStr();
+
+  // The same dot where k = 128 is a tile of a 1024-wide dimension: a block can align it.
+  c.operands[0].shape = {4096, 1024};
+  diagnosis tiled;
+  run(tiled, p, {c}, wide);
+  auto a = tiled.of(SuggestionKind::ALIGN_TO_MXU);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].getOperandIndex(), 0);
 }
 
 TEST(Diagnose, LargeOutsideShareFusesTheOutsideWorkFirst) {
