@@ -1,5 +1,6 @@
 #include "agents/expert/expert_brains.hpp"
 
+#include "agents/expert/move_evidence.hpp"
 #include "agents/expert/playbook.hpp"
 #include "agents/expert/repair_rules.hpp"
 #include "agents/expert/template_registry.hpp"
@@ -18,22 +19,14 @@ namespace {
 using messages::error_code;
 constexpr unsigned kDefaultSteps = 3;
 constexpr double kMiB = 1024.0 * 1024.0;
+// Below every move not known to hurt (the playbook scores its moves within 0..10).
+constexpr double kHurtPenalty = 20.0;
 
 brain_status load_chip(const std::string& name, config::chip& chip) {
   config::spec_error err;
   if (!config::load_chip(name, chip, err))
     return brain_status::fail(error_code::bad_input, "chip: " + err.what());
   return {};
-}
-
-nlohmann::json params_of(schema::Candidate::Reader c) {
-  nlohmann::json p = nlohmann::json::object();
-  for (auto param : c.getParams()) {
-    auto v = nlohmann::json::parse(param.getValue().cStr(), nullptr, false);
-    if (!v.is_discarded())
-      p[param.getName().cStr()] = v;
-  }
-  return p;
 }
 
 void set_changes(capnp::List<schema::Param>::Builder list, const nlohmann::json& changes) {
@@ -126,7 +119,7 @@ public:
       if (c.getTemplate().size() == 0)
         continue;
       tried_templates.insert(c.getTemplate().cStr());
-      seen.insert(params_key(c.getTemplate().cStr(), params_of(c)));
+      seen.insert(params_key(c.getTemplate().cStr(), candidate_params(c)));
       auto r = history[i].getResult();
       if (!expand.empty()) {
         // The graph search names the vertex to expand (the last entry of that id: a
@@ -151,14 +144,24 @@ public:
       auto entry = history[static_cast<unsigned>(best)];
       auto parent = entry.getCandidate();
       std::string tname = parent.getTemplate().cStr();
+      move_evidence evidence(history);
+      auto parent_params = candidate_params(parent);
       for (const auto& mt : matches) {
         if (mt.tmpl->name() != tname)
           continue;
         auto diag = entry.getDiagnosis();
         const schema::Diagnosis::Reader* dp = entry.getHasDiagnosis() ? &diag : nullptr;
-        auto moves = playbook_moves(*mt.tmpl, mt.match, params_of(parent), chip, dp, seen);
+        auto moves = playbook_moves(*mt.tmpl, mt.match, parent_params, chip, dp, seen);
         for (auto& mv : moves) {
           std::string why = mv.rationale;
+          // A change that never made a candidate faster in this search goes after the rest.
+          auto sig = move_signature(parent_params, mv.params);
+          if (evidence.keeps_hurting(tname, sig)) {
+            mv.score -= kHurtPenalty;
+            why += fmt::format(" (this change, {}, was tried {} times in this search and never "
+                               "made a candidate faster: offered after the others)",
+                               sig, evidence.of(tname, sig).tried);
+          }
           if (dp)
             why = fmt::format("{}-bound at {:.0f}% of roofline ({:.1f} us, roofline {:.1f} us): {}",
                               dp->getBound().cStr(), 100 * dp->getHeadroom(), dp->getTimeUs(),
@@ -252,7 +255,7 @@ public:
                                   "move " + std::string(step.getMove().cStr()) +
                                     " needs a parent rendered from an expert template");
       tname = req.getParent().getTemplate().cStr();
-      params = params_of(req.getParent());
+      params = candidate_params(req.getParent());
       parent_id = req.getParent().getId().cStr();
     }
     template_ptr t;
@@ -309,7 +312,7 @@ public:
     std::set<std::string> tried;
     for (auto f : req.getTried())
       tried.insert(f.cStr());
-    auto r = repair_params(*t, m, params_of(cand), chip, req.getResult(), tried);
+    auto r = repair_params(*t, m, candidate_params(cand), chip, req.getResult(), tried);
     out.setReason(r.reason);
     if (!r.repaired)
       return {};

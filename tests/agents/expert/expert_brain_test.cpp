@@ -2,6 +2,7 @@
 // (tests/agents/expert/scale_template): what each answers for matched and unmatched
 // references, history with a diagnosis, failed evaluations of each error class.
 #include "agents/expert/expert_brains.hpp"
+#include "agents/expert/move_evidence.hpp"
 #include "agents/expert/playbook.hpp"
 #include "agents/expert/block_size.hpp"
 #include "config/chip_loader.hpp"
@@ -131,6 +132,97 @@ TEST(ExpertPlanner, MovesFollowTheDiagnosisOfTheBestCandidate) {
   // Scores never increase down the plan.
   for (unsigned i = 1; i < plan.getSteps().size(); ++i)
     EXPECT_LE(plan.getSteps()[i].getScore(), plan.getSteps()[i - 1].getScore());
+}
+
+TEST(MoveEvidence, SignaturesNameTheChangedParametersAndTheirDirection) {
+  nlohmann::json a = {{"block_k", 512}, {"block_m", 256}, {"order", "m"}, {"vmem_limit_bytes", 1}};
+  auto b = a;
+  b["block_k"] = 1024;
+  b["vmem_limit_bytes"] = 2;
+  EXPECT_EQ(ex::move_signature(a, b), "block_k+");
+  b["order"] = "n";
+  b["block_m"] = 128;
+  EXPECT_EQ(ex::move_signature(a, b), "block_k+,block_m-,order=\"n\"");
+  // The VMEM limit alone is no move.
+  auto c = a;
+  c["vmem_limit_bytes"] = 5;
+  EXPECT_EQ(ex::move_signature(a, c), "");
+}
+
+// A change tried twice from the search's candidates and slower both times is offered after
+// the moves not known to hurt; tried once, it keeps its place.
+TEST(ExpertPlanner, AChangeThatKeepsHurtingIsOfferedLast) {
+  auto plan_from = [](bool hurt_twice) {
+    planner_fixture f("mul");
+    capnp::MallocMessageBuilder cm;
+    first_candidate(f, [&](schema::Candidate::Reader c) { cm.setRoot(c); });
+    auto root = params_of(cm.getRoot<schema::Candidate>());
+    struct node {
+      const char* id;
+      const char* parent;
+      nlohmann::json params;
+      double us;
+    };
+    auto with = [](nlohmann::json p, const char* k, nlohmann::json v) {
+      p[k] = std::move(v);
+      return p;
+    };
+    auto c2 = with(root, "block_rows", 128);
+    std::vector<node> nodes = {
+        {"r", "", root, 100},
+        {"c1", "r", with(root, "block_cols", 1024), 120},  // cols+: slower
+        {"c2", "r", c2, 90},                              // rows-: faster
+        {"c3", "c2", with(c2, "block_cols", 1024), hurt_twice ? 95.0 : 85.0},
+        {"c4", "c2", with(c2, "grid_order", "cols"), 80},  // the best
+    };
+    auto history = f.req.initHistory(static_cast<unsigned>(nodes.size()));
+    for (unsigned i = 0; i < nodes.size(); ++i) {
+      auto c = history[i].initCandidate();
+      c.setId(nodes[i].id);
+      c.setParentId(nodes[i].parent);
+      c.setTemplate("scale");
+      auto list = c.initParams(static_cast<unsigned>(nodes[i].params.size()));
+      unsigned k = 0;
+      for (const auto& [name, v] : nodes[i].params.items()) {
+        list[k].setName(name);
+        list[k].setValue(v.dump());
+        ++k;
+      }
+      auto r = history[i].initResult();
+      r.setCorrect(true);
+      r.setHasProfile(true);
+      r.getProfile().setTimeUs(nodes[i].us);
+    }
+    f.req.setMaxSteps(8);
+    capnp::MallocMessageBuilder pm;
+    auto plan = pm.initRoot<schema::Plan>();
+    EXPECT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+    std::vector<std::string> moves;
+    for (auto s : plan.getSteps()) {
+      EXPECT_EQ(std::string(s.getParentId().cStr()), "c4");
+      std::string m = s.getMove().cStr();
+      for (auto ch : s.getChanges())
+        m += std::string(" ") + ch.getName().cStr() + "=" + ch.getValue().cStr();
+      if (std::string(s.getRationale().cStr()).find("never made a candidate faster") !=
+          std::string::npos)
+        m += " (hurt)";
+      moves.push_back(m);
+    }
+    return moves;
+  };
+  auto hurt = plan_from(true);
+  ASSERT_GE(hurt.size(), 3u);
+  EXPECT_EQ(hurt.back(), "growBlock block_cols=1024 (hurt)");
+  for (size_t i = 0; i + 1 < hurt.size(); ++i)
+    EXPECT_EQ(hurt[i].find("(hurt)"), std::string::npos) << hurt[i];
+  // With c3 faster than its parent, block_cols+ helped once: no move carries the mark, and
+  // it is among the first two (the playbook's exploration order).
+  auto helped = plan_from(false);
+  for (const auto& m : helped)
+    EXPECT_EQ(m.find("(hurt)"), std::string::npos) << m;
+  ASSERT_GE(helped.size(), 2u);
+  EXPECT_TRUE(helped[0] == "growBlock block_cols=1024" || helped[1] == "growBlock block_cols=1024")
+      << helped[0] << " / " << helped[1];
 }
 
 TEST(Playbook, AtLeastThreeDistinctValidChildren) {

@@ -1,0 +1,108 @@
+#include "agents/expert/move_evidence.hpp"
+
+#include <optional>
+#include <set>
+
+namespace maxkernel::agents::expert {
+
+namespace {
+
+constexpr const char* kVmemLimitKey = "vmem_limit_bytes";
+
+std::string key(const std::string& template_name, const std::string& signature) {
+  return template_name + "\n" + signature;
+}
+
+// The time of a correct, profiled result; nullopt otherwise.
+std::optional<double> timed(schema::EvalResult::Reader r) {
+  if (!r.getCorrect() || !r.getHasProfile() || r.getProfile().getTimeUs() <= 0)
+    return std::nullopt;
+  return r.getProfile().getTimeUs();
+}
+
+}  // namespace
+
+nlohmann::json candidate_params(schema::Candidate::Reader c) {
+  nlohmann::json p = nlohmann::json::object();
+  for (auto param : c.getParams()) {
+    auto v = nlohmann::json::parse(param.getValue().cStr(), nullptr, false);
+    if (!v.is_discarded())
+      p[param.getName().cStr()] = v;
+  }
+  return p;
+}
+
+std::string move_signature(const nlohmann::json& parent, const nlohmann::json& child) {
+  if (!parent.is_object() || !child.is_object())
+    return "";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : parent.items())
+    keys.insert(k);
+  for (const auto& [k, v] : child.items())
+    keys.insert(k);
+  std::string out;
+  for (const auto& k : keys) {
+    if (k == kVmemLimitKey)
+      continue;
+    auto a = parent.find(k);
+    auto b = child.find(k);
+    if (a != parent.end() && b != child.end() && *a == *b)
+      continue;
+    std::string part;
+    if (b == child.end())
+      part = k + "=default";
+    else if (a != parent.end() && a->is_number() && b->is_number())
+      part = k + (b->get<double>() > a->get<double>() ? "+" : "-");
+    else
+      part = k + "=" + b->dump();
+    out += (out.empty() ? "" : ",") + part;
+  }
+  return out;
+}
+
+move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) {
+  // The latest entry of each candidate id.
+  std::map<std::string, unsigned> latest;
+  for (unsigned i = 0; i < history.size(); ++i)
+    latest[history[i].getCandidate().getId().cStr()] = i;
+  for (const auto& [id, i] : latest) {
+    auto child = history[i].getCandidate();
+    auto p = latest.find(child.getParentId().cStr());
+    if (child.getParentId().size() == 0 || p == latest.end())
+      continue;
+    auto parent = history[p->second].getCandidate();
+    if (child.getTemplate().size() == 0 ||
+        std::string(child.getTemplate().cStr()) != parent.getTemplate().cStr())
+      continue;
+    auto parent_us = timed(history[p->second].getResult());
+    if (!parent_us)
+      continue;
+    auto sig = move_signature(candidate_params(parent), candidate_params(child));
+    if (sig.empty())
+      continue;
+    auto child_us = timed(history[i].getResult());
+    add(child.getTemplate().cStr(), sig, child_us && *child_us < *parent_us);
+  }
+}
+
+void move_evidence::add(const std::string& template_name, const std::string& signature,
+                        bool faster) {
+  auto& r = records_[key(template_name, signature)];
+  ++r.tried;
+  if (faster)
+    ++r.faster;
+}
+
+move_record move_evidence::of(const std::string& template_name,
+                              const std::string& signature) const {
+  auto it = records_.find(key(template_name, signature));
+  return it == records_.end() ? move_record{} : it->second;
+}
+
+bool move_evidence::keeps_hurting(const std::string& template_name,
+                                  const std::string& signature) const {
+  auto r = of(template_name, signature);
+  return r.tried >= kHurtAfter && r.faster == 0;
+}
+
+}  // namespace maxkernel::agents::expert
