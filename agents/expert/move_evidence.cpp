@@ -61,10 +61,13 @@ std::string move_signature(const nlohmann::json& parent, const nlohmann::json& c
 }
 
 move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) {
-  // The latest entry of each candidate id.
+  // The latest entry of each candidate id, its params read once.
   std::map<std::string, unsigned> latest;
   for (unsigned i = 0; i < history.size(); ++i)
     latest[history[i].getCandidate().getId().cStr()] = i;
+  std::map<unsigned, nlohmann::json> params;
+  for (const auto& [id, i] : latest)
+    params[i] = candidate_params(history[i].getCandidate());
   for (const auto& [id, i] : latest) {
     auto child = history[i].getCandidate();
     auto p = latest.find(child.getParentId().cStr());
@@ -77,7 +80,7 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
     auto parent_us = timed(history[p->second].getResult());
     if (!parent_us)
       continue;
-    auto sig = move_signature(candidate_params(parent), candidate_params(child));
+    auto sig = move_signature(params[p->second], params[i]);
     if (sig.empty())
       continue;
     auto child_us = timed(history[i].getResult());
