@@ -38,16 +38,6 @@ void set_changes(capnp::List<schema::Param>::Builder list, const nlohmann::json&
   }
 }
 
-nlohmann::json changes_of(schema::PlanStep::Reader step) {
-  nlohmann::json c = nlohmann::json::object();
-  for (auto p : step.getChanges()) {
-    auto v = nlohmann::json::parse(p.getValue().cStr(), nullptr, false);
-    if (!v.is_discarded())
-      c[p.getName().cStr()] = v;
-  }
-  return c;
-}
-
 // The template a request names, matched again on the analysis (render needs its facts).
 brain_status rematch(const std::vector<template_ptr>& templates, const std::string& name,
                      schema::DataflowGraph::Reader analysis, schema::KernelSpec::Reader spec,
@@ -264,7 +254,7 @@ public:
       return s;
     if (step.getMove() == "template")
       params = t->initial_params(m, chip);
-    auto changes = changes_of(step);
+    auto changes = params_json(step.getChanges());
     for (const auto& [k, v] : changes.items())
       params[k] = v;
     if (!fit_vmem(*t, m, params, chip))

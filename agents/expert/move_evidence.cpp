@@ -22,9 +22,9 @@ std::optional<double> timed(schema::EvalResult::Reader r) {
 
 }  // namespace
 
-nlohmann::json candidate_params(schema::Candidate::Reader c) {
+nlohmann::json params_json(capnp::List<schema::Param>::Reader params) {
   nlohmann::json p = nlohmann::json::object();
-  for (auto param : c.getParams()) {
+  for (auto param : params) {
     auto v = nlohmann::json::parse(param.getValue().cStr(), nullptr, false);
     if (!v.is_discarded())
       p[param.getName().cStr()] = v;

@@ -16,8 +16,12 @@
 
 namespace maxkernel::agents::expert {
 
-// A candidate's parameters as one JSON object (values that do not parse are left out).
-nlohmann::json candidate_params(schema::Candidate::Reader c);
+// Name/JSON-literal pairs (a candidate's params, a plan step's changes) as one JSON object;
+// values that do not parse are left out.
+nlohmann::json params_json(capnp::List<schema::Param>::Reader params);
+inline nlohmann::json candidate_params(schema::Candidate::Reader c) {
+  return params_json(c.getParams());
+}
 
 // The change from `parent` to `child`: the changed keys in key order, each "name+" or "name-"
 // for a number that grew or shrank, "name=value" otherwise, joined by ','. The VMEM limit is
