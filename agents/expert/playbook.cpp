@@ -14,6 +14,14 @@ constexpr const char* kVmemLimit = "vmem_limit_bytes";
 constexpr double kMiB = 1024.0 * 1024.0;
 // Share of the core's VMEM a kernel may claim (Mosaic keeps some for itself).
 constexpr double kVmemUsable = 0.9;
+// A grid axis's dimension semantics (`dimension_semantics`, or one axis's `row_semantics`,
+// `n_semantics`, ...): they only decide how a megacore device splits the grid across its
+// TensorCores.
+bool splits_cores(const tunable& t) {
+  static const std::string suffix = "semantics";
+  return t.what == tunable::kind::choice && t.name.size() >= suffix.size() &&
+         t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 int64_t block_value(const nlohmann::json& params, const tunable& t) {
   auto it = params.find(t.name);
@@ -174,8 +182,9 @@ struct builder {
           next_choices(*tu, "reorderGrid", why, score);
         break;
       case schema::SuggestionKind::PARALLEL_SEMANTICS:
-        if (auto* tu = choice_named({"dimension_semantics", "parallel_axis"}))
-          next_choices(*tu, "parallelSemantics", why, score);
+        for (const auto& tu : ts)
+          if (splits_cores(tu))
+            next_choices(tu, "parallelSemantics", why, score);
         break;
       case schema::SuggestionKind::ALIGN_TO_MXU:
         for (const auto& tu : ts) {
@@ -211,8 +220,11 @@ struct builder {
                fmt::format("explore: smaller {} (less VMEM, more pipelining)", tu.name),
                score - 0.05);
       }
+    // On a device of one TensorCore (v5e, v6e, each v7x chiplet) every core split compiles to
+    // the same schedule: measuring one would spend an evaluation on a copy of the parent.
     for (const auto& tu : ts)
-      if (tu.what == tunable::kind::choice && tu.name != kVmemLimit)
+      if (tu.what == tunable::kind::choice && tu.name != kVmemLimit &&
+          !(splits_cores(tu) && !chip.megacore))
         next_choices(tu, "choice",
                      fmt::format("explore: another {}{}", tu.name,
                                  tu.meaning.empty() ? "" : " (" + tu.meaning + ")"),

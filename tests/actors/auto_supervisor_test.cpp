@@ -252,8 +252,9 @@ TEST_F(AutoSupervisor, AResumedSearchEvaluatesOnlyThePendingCandidate) {
   ASSERT_TRUE(o.result) << messages::message_of(o.error);
   EXPECT_TRUE(o.r().getResumed());
   for (size_t i = before; i < node->sources.size(); ++i)
-    if (earlier.count(node->sources[i]))
+    if (earlier.count(node->sources[i])) {
       EXPECT_TRUE(node->sources[i] == pending) << "a finished candidate evaluated again";
+    }
   EXPECT_EQ(vertex_bytes(o.r()), vertex_bytes(whole.r()));
   EXPECT_EQ(std::string(o.r().getStopReason().cStr()), "budget");
 }
@@ -270,7 +271,9 @@ std::vector<double> auto_bars(schema::OptimizeResult::Reader r) {
 // the first runs them (no best yet), a slower one is correct on the node's test alone and
 // its verdict says why; the best is never such a one.
 TEST_F(AutoSupervisor, OnlyAFasterCandidateGetsTheTestersCases) {
-  auto o = optimize(spawn(), {.mode = "auto", .budget = 8});
+  // v5p, a megacore device: the planner also offers dimension semantics, which the stand-in
+  // node times like the parent (it reads only numeric params), so one move ties the best.
+  auto o = optimize(spawn(), {.mode = "auto", .budget = 8, .chip = "v5p"});
   ASSERT_TRUE(o.result) << messages::message_of(o.error);
   auto r = o.r();
   unsigned n = r.getVertices().size();

@@ -98,8 +98,9 @@ TEST_F(GraphSupervisor, ARoundsChildrenAreFixedBeforeDispatch) {
   }
   // A later round's children are moves from vertices of earlier rounds.
   for (auto v : r.getVertices())
-    if (v.getParent() >= 0)
+    if (v.getParent() >= 0) {
       EXPECT_LT(r.getVertices()[static_cast<unsigned>(v.getParent())].getRound(), v.getRound());
+    }
 }
 
 TEST_F(GraphSupervisor, TheOutcomeDoesNotDependOnTheNodesAnswerOrder) {
@@ -271,8 +272,9 @@ TEST_F(GraphSupervisor, OnlyChildrenFasterThanTheRoundsStartGetTheTestersCases) 
     for (auto v : r.getVertices())
       bars.push_back(best_time_before(r, first_of_round[v.getRound()]));
     for (auto v : r.getVertices())
-      if (v.getRound() == r.getVertices()[0].getRound())
+      if (v.getRound() == r.getVertices()[0].getRound()) {
         EXPECT_FALSE(v.getCasesSkipped()) << v.getIndex();
+      }
     EXPECT_GT(expect_cases_only_when_faster(r, bars, *node), 0u);
     EXPECT_EQ(node->requests, evaluations_of(r));
   }

@@ -345,7 +345,7 @@ payload supervisor_fixture::optimize_request(const search_settings& s) {
   req.setResume(s.resume);
   auto st = req.initSettings();
   st.setMode(s.mode);
-  st.setChip("v6e");
+  st.setChip(s.chip);
   st.setSeed(s.seed);
   st.setBudgetEvals(s.budget);
   st.setMaxRepairs(s.max_repairs);

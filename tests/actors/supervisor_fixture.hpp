@@ -147,12 +147,13 @@ struct search_settings {
   std::string policy = "beam";
   unsigned max_repairs = 2;
   double operator_timeout_s = 0;
-  std::string on_timeout;
+  std::string on_timeout{};
   uint64_t seed = 7;
-  std::string graph_path;
+  std::string graph_path{};
   bool resume = false;
   bool test_every_candidate = false;
-  std::string store_scope;
+  std::string store_scope{};
+  std::string chip = "v6e";
 };
 
 struct outcome {

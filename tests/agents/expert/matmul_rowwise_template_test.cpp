@@ -195,3 +195,23 @@ TEST(Templates, MatmulPoolsMaxoutGroups) {
   EXPECT_NE(m->summary.find("pooled by 4"), std::string::npos) << m->summary;
   check_params_and_children("matmul", *m, "v6e");
 }
+
+TEST(Playbook, CoreSplitsAreExploredOnlyWhereTheDeviceHasTwoCores) {
+  auto t = load("maxout_after_matmul");
+  auto m = match("matmul", t);
+  ASSERT_TRUE(m);
+  auto tmpl = mx::find_template("matmul");
+  auto splits = [&](const std::string& chip_name) {
+    auto c = chip(chip_name);
+    int n = 0;
+    for (const auto& mv : mx::playbook_moves(*tmpl, *m, tmpl->initial_params(*m, c), c,
+                                             nullptr, {}))
+      n += mv.changes.contains("dimension_semantics");
+    return n;
+  };
+  // v6e: one TensorCore, "arbitrary" compiles to the parent's schedule; v5p: a megacore
+  // device, where "parallel" axes are split across its two cores.
+  EXPECT_EQ(splits("v6e"), 0);
+  EXPECT_EQ(splits("v5e"), 0);
+  EXPECT_GT(splits("v5p"), 0);
+}
