@@ -8,6 +8,7 @@
 #include <caf/actor_system.hpp>
 
 #include <algorithm>
+#include <set>
 
 namespace maxkernel::actors {
 
@@ -106,6 +107,23 @@ void implement_round(supervisor_self self, std::vector<int> parents,
   auto run = self->state.run;
   unsigned want = run->ctx->settings().getBranching();
   if (at == plans.size()) {
+    // One child per kind of change in a round: the same change from a second parent waits
+    // for the first one's result (the planner, seeing it, ranks the change again next round)
+    // instead of spending the round's budget on it blind.
+    std::set<std::string> kinds;
+    size_t deferred = 0;
+    std::vector<implemented_step> distinct;
+    for (auto& c : *children) {
+      if (!c.signature.empty() && !kinds.insert(c.signature).second) {
+        ++deferred;
+        continue;
+      }
+      distinct.push_back(std::move(c));
+    }
+    *children = std::move(distinct);
+    if (deferred)
+      report(self, fmt::format("round {}: {} repeat(s) of a change already in the round "
+                               "deferred", self->state.round, deferred));
     size_t budget = run->round_budget();
     if (children->size() > budget)
       children->resize(budget);

@@ -26,6 +26,7 @@ struct implemented_step {
   std::string strategy;
   std::string rationale;
   std::string expected_effect;
+  std::string signature;   // the plan step's kind of change ("" when the brain gave none)
 };
 
 // TesterRequest -> the run's TestPlan (ctx->plan), then `next`; an error to `fail`.
@@ -154,7 +155,8 @@ private:
             std::string strategy = c.getStrategy().size() ? c.getStrategy().cStr()
                                                            : step.getMove().cStr();
             me->found_.push_back({messages::encode_root(c), parent, strategy,
-                                  step.getRationale().cStr(), step.getExpectedEffect().cStr()});
+                                  step.getRationale().cStr(), step.getExpectedEffect().cStr(),
+                                  step.getSignature().cStr()});
           }
           me->next(i + 1);
         },

@@ -125,7 +125,7 @@ public:
       }
     }
     struct step {
-      std::string move, tmpl, parent, rationale, effect;
+      std::string move, tmpl, parent, rationale, effect, signature;
       nlohmann::json changes;
       double score;
     };
@@ -157,7 +157,7 @@ public:
                               dp->getBound().cStr(), 100 * dp->getHeadroom(), dp->getTimeUs(),
                               dp->getRooflineUs(), why);
           steps.push_back({mv.name, tname, parent.getId().cStr(), why, mv.expected_effect,
-                           mv.changes, mv.score});
+                           tname + ":" + sig, mv.changes, mv.score});
         }
       }
     }
@@ -177,7 +177,7 @@ public:
                        fmt::format("recognised {}: {}", mt.match.summary, mt.tmpl->covers()),
                        fmt::format("a first {} kernel; VMEM {:.1f} of {:.1f} MiB",
                                    mt.tmpl->name(), need / kMiB, vmem_limit(params, chip) / kMiB),
-                       params, base + mt.match.score});
+                       "", params, base + mt.match.score});
     }
     std::stable_sort(steps.begin(), steps.end(),
                      [](const step& a, const step& b) { return a.score > b.score; });
@@ -195,6 +195,7 @@ public:
       s.setExpectedEffect(steps[i].effect);
       s.setScore(steps[i].score);
       s.setBrain("expert");
+      s.setSignature(steps[i].signature);
     }
     std::vector<std::string> names;
     for (const auto& mt : matches)

@@ -88,6 +88,8 @@ struct PlanStep {
   score @6 :Float64;          # the planner's ranking; higher first
   brain @7 :Text;             # expert | llm
   instructions @8 :Text;      # free text for an LLM implementer ("" for the expert brain)
+  signature @9 :Text;         # the kind of change, alike from any parent ("matmul:block_m+");
+                              # "" when the brain does not say
 }
 
 struct Plan {

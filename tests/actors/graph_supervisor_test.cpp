@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <set>
 
 using namespace maxkernel;
 using namespace maxkernel::actors_test;
@@ -336,4 +338,55 @@ TEST_F(GraphSupervisor, AKernelARepairReplacedIsNotProposedAgain) {
     EXPECT_NE(std::string(v.getTriedIds()[0].cStr()), std::string(v.getCandidate().getId().cStr()));
   }
   EXPECT_EQ(with_tried, 2u);
+}
+
+namespace {
+
+// A vertex's change from its parent, as the test reads it from their params: each changed
+// number "name+" / "name-", any other value "name=value" (the VMEM limit follows the blocks).
+std::string change_of(schema::OptimizeResult::Reader r, schema::Vertex::Reader v) {
+  auto params = [](schema::Candidate::Reader c) {
+    std::map<std::string, std::string> p;
+    for (auto x : c.getParams())
+      p[x.getName().cStr()] = x.getValue().cStr();
+    return p;
+  };
+  auto child = params(v.getCandidate());
+  auto parent = params(r.getVertices()[static_cast<unsigned>(v.getParent())].getCandidate());
+  std::string kind;
+  for (const auto& [k, value] : child) {
+    if (k == "vmem_limit_bytes" || (parent.count(k) && parent[k] == value))
+      continue;
+    char* end = nullptr;
+    double now = std::strtod(value.c_str(), &end);
+    bool number = end && *end == '\0' && parent.count(k);
+    if (number)
+      kind += k + (now > std::strtod(parent[k].c_str(), nullptr) ? "+," : "-,");
+    else
+      kind += k + "=" + value + ",";
+  }
+  return kind;
+}
+
+}  // namespace
+
+// A round tries each kind of change once: the same change from a second parent waits for the
+// first one's result. Beam 2, rmsnorm's one block size (v5p: also the grid's semantics):
+// without the rule this search grows or shrinks the block from both parents in one round.
+TEST_F(GraphSupervisor, ARoundTriesEachKindOfChangeOnce) {
+  auto o = optimize(spawn(), {.mode = "graph", .budget = 12, .beam = 2, .branching = 2,
+                              .chip = "v5p"});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  std::map<unsigned, std::set<std::string>> kinds;
+  for (auto v : r.getVertices()) {
+    if (v.getParent() < 0)
+      continue;
+    auto kind = change_of(r, v);
+    EXPECT_TRUE(kinds[v.getRound()].insert(kind).second)
+        << "round " << v.getRound() << " tries " << kind << " twice";
+  }
+  // Deferred, not dropped: the search still spends its budget over several rounds.
+  EXPECT_GE(kinds.size(), 3u);
+  EXPECT_EQ(r.getVertices().size(), 12u) << r.getStopReason().cStr();
 }
