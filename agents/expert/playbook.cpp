@@ -229,19 +229,20 @@ struct builder {
                      fmt::format("explore: another {}{}", tu.name,
                                  tu.meaning.empty() ? "" : " (" + tu.meaning + ")"),
                      score - 0.1);
-    // A small space (a block already whole, one choice): jump two steps, so a candidate
-    // still gets three distinct children to measure.
-    if (out.size() < 3)
-      for (const auto& tu : ts)
-        if (tu.what == tunable::kind::block) {
-          resize(tu, 0.25, "shrinkBlock",
-                 fmt::format("explore: much smaller {} (a finer grid to pipeline and to split "
-                             "across cores)", tu.name),
-                 score - 0.2);
-          resize(tu, 4.0, "growBlock",
-                 fmt::format("explore: much larger {} (far fewer grid steps)", tu.name),
-                 score - 0.2);
-        }
+    // A small space (a block already whole, no choice that changes the kernel): jump two
+    // steps, then three, so a candidate still gets three distinct children to measure.
+    for (double jump : {4.0, 8.0})
+      if (out.size() < 3)
+        for (const auto& tu : ts)
+          if (tu.what == tunable::kind::block) {
+            resize(tu, 1.0 / jump, "shrinkBlock",
+                   fmt::format("explore: much smaller {} (a finer grid to pipeline and to "
+                               "split across cores)", tu.name),
+                   score - 0.2);
+            resize(tu, jump, "growBlock",
+                   fmt::format("explore: much larger {} (far fewer grid steps)", tu.name),
+                   score - 0.2);
+          }
   }
 };
 
