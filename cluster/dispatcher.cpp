@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace maxkernel::cluster {
@@ -76,7 +77,9 @@ struct node_slot {
   bool refusing = false;     // answered overloaded: no new work until one of ours finishes
   uint64_t refusals = 0;     // tells a stale unblock timer from the current one
   unsigned in_flight = 0;    // evaluation attempts out at it (copies included)
-  unsigned side = 0;         // load / analyze / info out at it
+  // Load / analyze / info out at it, each with how to ask again elsewhere: a request sent to
+  // a node that is then lost gets no answer (not even an error) before its own timeout.
+  std::map<uint64_t, std::function<void()>> side;
   uint64_t completed = 0;    // answers it gave that were not refusals
 };
 
@@ -89,6 +92,7 @@ struct dispatcher_state {
   std::deque<milliseconds> durations;       // of the last completed evaluations
   uint64_t next_job = 1;
   uint64_t next_attempt = 1;
+  uint64_t next_side = 1;
   uint64_t completed = 0;
   uint64_t redispatched = 0;
   uint64_t nodes_lost = 0;
@@ -181,7 +185,7 @@ std::optional<std::size_t> side_node(const dispatcher_state& st) {
     for (std::size_t i = 0; i < st.nodes.size(); ++i) {
       auto& n = st.nodes[i];
       if (usable(n) && (refusing_too || !n.refusing)
-          && (!best || n.in_flight + n.side < st.nodes[*best].in_flight + st.nodes[*best].side))
+          && (!best || n.in_flight + n.side.size() < st.nodes[*best].in_flight + st.nodes[*best].side.size()))
         best = i;
     }
     if (best)
@@ -334,6 +338,10 @@ void node_lost(dispatcher* self, std::size_t node) {
   ++st.nodes_lost;
   st.orphaned += orphans.size();
   requeue(self, std::move(orphans));
+  // Its load / analyze / info go to another node now rather than at their timeout.
+  auto side = std::exchange(n.side, {});
+  for (auto& [id, again] : side)
+    again();
 }
 
 // A node answered the job: the answer goes to the requester.
@@ -582,22 +590,27 @@ void forward(dispatcher* self, caf::response_promise rp, bool first, millisecond
     return;
   }
   auto i = *node;
-  ++st.nodes[i].side;
+  auto id = st.next_side++;
+  st.nodes[i].side.emplace(id, [self, rp, first, timeout, crashes, args...]() mutable {
+    forward(self, rp, first, timeout, crashes, args...);
+  });
+  // Whether the request is still this node's: false once the node was lost and the request
+  // went on elsewhere (this late answer is then dropped).
+  auto settle = [self, i, id] { return self->state.nodes[i].side.erase(id) > 0; };
   self->request(st.nodes[i].handle, timeout, args...)
     .then(
-      [self, rp, i, first](payload& reply) mutable {
+      [self, rp, i, first, settle](payload& reply) mutable {
+        if (!settle())
+          return;
         auto& n = self->state.nodes[i];
-        if (n.side > 0)
-          --n.side;
         if (first)  // info: the node described itself
           if (auto id = node_id_of(reply); !id.empty())
             n.node_id = std::move(id);
         rp.deliver(std::move(reply));
       },
-      [self, rp, i, first, timeout, crashes, args...](caf::error& err) mutable {
-        auto& n = self->state.nodes[i];
-        if (n.side > 0)
-          --n.side;
+      [self, rp, i, first, timeout, crashes, settle, args...](caf::error& err) mutable {
+        if (!settle())
+          return;
         auto code = messages::code_of(err);
         if ((code == error_code::overloaded || code == error_code::worker_unavailable)
             && another_taker(self->state, i)) {

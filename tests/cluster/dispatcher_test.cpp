@@ -85,6 +85,10 @@ struct device_setup {
     analyze_crashes = n;
     return *this;
   }
+  device_setup& silent_analyses() {
+    mute_analyses = true;
+    return *this;
+  }
 
   std::string name;
   milliseconds delay{1'000};            // an evaluation takes this long
@@ -93,6 +97,7 @@ struct device_setup {
   error_code fail = error_code::none;   // answers every evaluation with this error
   std::map<std::string, milliseconds> delay_for;  // candidates that take longer (or shorter)
   unsigned analyze_crashes = 0;         // its worker dies under this many analyze requests
+  bool mute_analyses = false;           // holds every analyze request, answering none
 };
 
 struct device_state {
@@ -101,6 +106,7 @@ struct device_state {
   std::map<uint64_t, std::pair<caf::response_promise, std::string>> held;
   uint64_t next = 1;
   unsigned evaluations = 0;
+  std::vector<caf::response_promise> unanswered;  // analyses it holds (silent_analyses)
 };
 
 std::string candidate_of(const payload& request) {
@@ -183,6 +189,10 @@ caf::behavior standin_device(caf::stateful_actor<device_state>* self, device_set
     [self](messages::analyze_atom, payload&) -> caf::result<payload> {
       auto& st = self->state;
       ++st.book->analyses[st.setup.name];
+      if (st.setup.mute_analyses) {
+        st.unanswered.push_back(self->make_response_promise());
+        return st.unanswered.back();
+      }
       if (st.setup.analyze_crashes > 0) {
         --st.setup.analyze_crashes;
         return messages::make_error(error_code::worker_crashed, st.setup.name + ": the worker died");
@@ -800,6 +810,34 @@ TEST_F(Dispatcher, AnAnalysisWhoseWorkerDiedIsAskedAgainElsewhereUpToTwice) {
                             device(device_setup("b").crashing_analyses(9))});
   EXPECT_EQ(analyze(doomed), "error: b: the worker died");
   EXPECT_EQ(book->analyses["a"] + book->analyses["b"], 3u);
+}
+
+// A request sent to a node that is then lost gets no answer, not even an error, before its
+// own timeout (a dropped connection kills the proxy, not what was sent through it): the
+// analysis goes on at another node as soon as the loss is known.
+TEST_F(Dispatcher, AnAnalysisOutAtANodeThatIsLostGoesOnElsewhereAtOnce) {
+  auto d0 = device(device_setup("d0").silent_analyses());
+  auto d = dispatcher({d0, device(device_setup("d1"))});
+  env.self->send(d, messages::analyze_atom::value, payload{});
+  env.run_messages();
+  ASSERT_EQ(book->analyses["d0"], 1u);  // the first node took it and holds it
+  EXPECT_EQ(book->analyses["d1"], 0u);
+  EXPECT_FALSE(env.receive_now([](payload&) {}, [](caf::error&) {}));
+  kill(d0);  // no clock moved: nowhere near any timeout
+  std::string analyzed;
+  ASSERT_TRUE(env.receive_now(
+    [&](payload& p) {
+      std::string err;
+      auto msg = messages::open_payload<schema::KernelSpec>(p, err);
+      ASSERT_TRUE(msg) << err;
+      analyzed = msg->root<schema::KernelSpec>().getName();
+    },
+    [&](caf::error& e) { analyzed = "error: " + messages::message_of(e); }));
+  EXPECT_EQ(analyzed, "d1");
+  EXPECT_EQ(book->analyses["d1"], 1u);
+  // The abandoned request's timeout, later, answers nothing more.
+  elapse(200s);
+  EXPECT_FALSE(env.receive_now([](payload&) {}, [](caf::error&) {}));
 }
 
 // ---------------------------------------------------------------- chip-aware dispatch
