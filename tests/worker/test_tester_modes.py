@@ -506,3 +506,62 @@ def test_rejudging_out_of_memory_frees_and_retries_then_says_so():
     Task.reference = lambda self, c: refuses
     assert tester._rejudge_in_float64(Task(), 0, [x], got, expected) == ""
     assert calls["n"] == 1
+
+
+def test_bfloat16_inputs_are_rejudged_in_float32_when_float64_does_not_fit(monkeypatch):
+    # A reference that computes in its inputs' dtype: in bfloat16, 300 + x/100 loses x
+    # entirely (bf16 spacing at 300 is 2), so the rare elements past 2.7 sigma come back as
+    # 0; a kernel returning x exactly mismatches there. float64 never fits (a MoE's widened
+    # expert weights); float32 does, and is a fine truth for bfloat16 inputs.
+    widths = []
+    oom = {"float64"}
+
+    def reference(x):
+        widths.append(str(x.dtype))
+        if str(x.dtype) in oom:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1234 bytes.")
+        lossy = (x * 1e-2 + 300.0 - 300.0) * 100.0
+        return jnp.where(jnp.abs(x) > 2.7, lossy, x)
+
+    class Task:
+        def reference(self, configuration):
+            return reference
+
+        def tolerance(self, k):
+            return (1e-2, 1e-2)
+
+    x = np.random.default_rng(0).normal(size=(256, 256)).astype(jnp.bfloat16)
+    expected = [np.asarray(reference(x))]
+    got = [x.copy()]
+    bad = np.abs(got[0].astype(np.float32) - expected[0].astype(np.float32)) > 0.05
+    assert 0 < bad.sum() <= 0.01 * bad.size
+    widths.clear()
+    note = tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert "float32 evaluation" in note, (note, widths)
+    assert widths[:3] == ["float64", "float64", "float32"], widths   # float64 retried once
+    # A kernel far off there (beyond twice the reference's own error, ~3) still fails.
+    wrong = [x.copy()]
+    wrong[0][bad] = (wrong[0][bad].astype(np.float32) + 20.0).astype(jnp.bfloat16)
+    assert tester._rejudge_in_float64(Task(), 0, [x], wrong, expected) == ""
+    # A data limit below three float64 copies of the inputs (3 x 512 KiB here): float64 is
+    # not even tried.
+    limit = tester.resource.getrlimit(tester.resource.RLIMIT_DATA)
+    monkeypatch.setattr(tester.resource, "getrlimit", lambda which: (1 << 20, limit[1]))
+    widths.clear()
+    oom.clear()
+    assert "float32 evaluation" in tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert widths == ["float32"], widths
+    monkeypatch.undo()
+    oom.add("float64")
+    # Neither fits: the verdict names both.
+    oom.add("float32")
+    with pytest.raises(tester.RejudgeUnfit) as unfit:
+        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert unfit.value.widths == "float64 and float32"
+    # float32 inputs: a float32 evaluation is no finer than the reference, not tried.
+    widths.clear()
+    x32 = x.astype(np.float32)
+    expected32 = [np.where(np.abs(x32) > 2.7, 0.0, x32).astype(np.float32)]
+    with pytest.raises(tester.RejudgeUnfit) as unfit:
+        tester._rejudge_in_float64(Task(), 0, [x32], [x32.copy()], expected32)
+    assert unfit.value.widths == "float64" and widths == ["float64", "float64"], widths

@@ -23,6 +23,7 @@ import errno
 import gc
 import hashlib
 import os
+import resource
 import socket
 import sys
 import threading
@@ -420,13 +421,33 @@ def _compare_values(case, got, expected, tolerance):
     return case, None
 
 
-def _widen(x):
-    """A float array (any width, bfloat16 included) as float64; anything else unchanged."""
-    if hasattr(x, "dtype") and hasattr(x, "shape") and (np.dtype(x.dtype).kind == "f"
-                                                        or str(x.dtype) == "bfloat16"):
+def _is_float_array(x) -> bool:
+    return hasattr(x, "dtype") and hasattr(x, "shape") and (np.dtype(x.dtype).kind == "f"
+                                                             or str(x.dtype) == "bfloat16")
+
+
+def _widen(x, dtype=np.float64):
+    """A float array (any width, bfloat16 included) as `dtype`; anything else unchanged."""
+    if _is_float_array(x):
         return np.asarray(np.asarray(x).astype(np.float32) if str(x.dtype) == "bfloat16" else x,
-                          dtype=np.float64)
+                          dtype=dtype)
     return x
+
+
+def _only_half_precision_floats(args) -> bool:
+    """Whether the float inputs are all 16-bit (bfloat16, float16): a float32 evaluation is
+    then a truth far finer than their rounding (2^-24 against 2^-8 for bfloat16)."""
+    floats = [a for a in args if _is_float_array(a)]
+    return bool(floats) and all(np.dtype(a.dtype).itemsize == 2 for a in floats)
+
+
+class RejudgeUnfit(MemoryError):
+    """The wider evaluation of the reference a re-judge needs did not fit in memory at any
+    width tried ("float64", or "float64 and float32")."""
+
+    def __init__(self, widths: str):
+        super().__init__(f"the {widths} re-judge did not fit in memory")
+        self.widths = widths
 
 
 def _rejudge_run(run):
@@ -448,14 +469,28 @@ def _rejudge_run(run):
     return None
 
 
-def _reference_in_float64(task, configuration, args, expected) -> list | None:
-    """The reference's outputs with its float inputs widened to float64 and JAX's 64-bit
-    mode on, or None when it fails or its outputs do not line up with `expected`. Casts the
-    reference spells out (.astype(jnp.bfloat16)) stay; those it derives from an input's
-    dtype widen with it. Raises MemoryError when it does not fit (_rejudge_run)."""
+def _float64_cannot_fit(args) -> bool:
+    """Whether this process's data limit is below three copies of the float inputs widened
+    to float64 (the widened arrays, the device's copies, the reference's own): the attempt
+    and its retry would each allocate gigabytes only to fail."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft == resource.RLIM_INFINITY:
+        return False
+    wide = sum(int(np.prod(a.shape)) * 8 for a in args if _is_float_array(a))
+    return 3 * wide > soft
+
+
+def _reference_in_float64(task, configuration, args, expected,
+                          dtype=np.float64) -> list | None:
+    """The reference's outputs with its float inputs widened to float64 (or `dtype`) and
+    JAX's 64-bit mode on for float64, or None when it fails or its outputs do not line up
+    with `expected`. Casts the reference spells out (.astype(jnp.bfloat16)) stay; those it
+    derives from an input's dtype widen with it. Raises MemoryError when it does not fit
+    (_rejudge_run)."""
     def run():
-        with jax.enable_x64(True):
-            out = jax.block_until_ready(task.reference(configuration)(*[_widen(a) for a in args]))
+        with jax.enable_x64(dtype == np.float64):
+            out = jax.block_until_ready(
+                task.reference(configuration)(*[_widen(a, dtype) for a in args]))
             return [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
 
     truth = _rejudge_run(run)
@@ -538,11 +573,25 @@ def _rejudge_in_float64(task, configuration, args, got, expected) -> str:
             bad = int((~((np.abs(a - b) <= atol + rtol * np.abs(b)) | (a == b))).sum())
         if bad > max(1, WIDE_MAX_BAD_FRACTION * g.size):
             return ""
-    truth = _reference_in_float64(task, configuration, args, expected)
+    width = "float64"
+    try:
+        if _only_half_precision_floats(args) and _float64_cannot_fit(args):
+            raise MemoryError("the widened inputs alone would take most of the memory limit")
+        truth = _reference_in_float64(task, configuration, args, expected)
+    except MemoryError as e:
+        # Inputs of 16 bits have a truth in float32 too, in half the memory (a MoE's expert
+        # weights at their test size, widened to float64, are several GiB).
+        if not _only_half_precision_floats(args):
+            raise RejudgeUnfit("float64") from e
+        width = "float32"
+        try:
+            truth = _reference_in_float64(task, configuration, args, expected, np.float32)
+        except MemoryError as e32:
+            raise RejudgeUnfit("float64 and float32") from e32
     if truth is None:
         return ""
     ok, rescued = within_reference_error(got, expected, truth, task.tolerance)
-    how = "the reference's own error against a float64 evaluation of the reference"
+    how = f"the reference's own error against a {width} evaluation of the reference"
     if not ok:
         spread = _rounding_spread(task, configuration, args, truth)
         if spread is None:
@@ -550,7 +599,7 @@ def _rejudge_in_float64(task, configuration, args, got, expected) -> str:
         ok, rescued = within_reference_error(got, expected, truth, task.tolerance, spread)
         if not ok:
             return ""
-        how = ("the reference's own spread against a float64 evaluation of the reference "
+        how = (f"the reference's own spread against a {width} evaluation of the reference "
                "when its float32 inputs move by one ulp")
     return (f"{rescued} element(s) beyond the tolerance against the reference are within it "
             f"plus {WIDE_MULTIPLIER:g}x {how}")
@@ -873,12 +922,13 @@ def run_tests(cand, task, spec: dict | None, options: dict) -> tuple[dict, Worke
             if error_class == "mismatch":
                 try:
                     note = _rejudge_in_float64(task, c, args, got, expected)
-                except MemoryError:
+                except MemoryError as e:
                     # A float64 reference too large for the worker's memory limit cannot say:
                     # the mismatch stands, and the candidate's failure is a mismatch, not a
                     # crash of the harness; its message says the re-judge could not run.
                     note = ""
-                    unfit = "the float64 re-judge did not fit in memory"
+                    unfit = (str(e) if isinstance(e, RejudgeUnfit)
+                             else "the float64 re-judge did not fit in memory")
                     result = dict(result, message=f"{result['message']}; {unfit}")
                     report["notes"].append(f"configuration {c}, seed {seed} ({kind}): {unfit}")
                 if note:
