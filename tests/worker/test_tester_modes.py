@@ -551,6 +551,12 @@ def test_bfloat16_inputs_are_rejudged_in_float32_when_float64_does_not_fit(monke
     oom.clear()
     assert "float32 evaluation" in tester._rejudge_in_float64(Task(), 0, [x], got, expected)
     assert widths == ["float32"], widths
+    # Below three float32 copies (3 x 256 KiB) neither is tried.
+    monkeypatch.setattr(tester.resource, "getrlimit", lambda which: (512 << 10, limit[1]))
+    widths.clear()
+    with pytest.raises(tester.RejudgeUnfit) as unfit:
+        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert unfit.value.widths == "float64 and float32" and widths == [], widths
     monkeypatch.undo()
     oom.add("float64")
     # Neither fits: the verdict names both.

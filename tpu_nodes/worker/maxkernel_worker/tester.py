@@ -427,10 +427,11 @@ def _is_float_array(x) -> bool:
 
 
 def _widen(x, dtype=np.float64):
-    """A float array (any width, bfloat16 included) as `dtype`; anything else unchanged."""
+    """A float array (any width, bfloat16 included) as a JAX array of `dtype`, converted on
+    the device: no wide host copy beside the device's (a MoE's expert weights widened are
+    gigabytes). Anything else unchanged. Call under jax.enable_x64 for float64."""
     if _is_float_array(x):
-        return np.asarray(np.asarray(x).astype(np.float32) if str(x.dtype) == "bfloat16" else x,
-                          dtype=dtype)
+        return jnp.asarray(x).astype(dtype)
     return x
 
 
@@ -446,7 +447,8 @@ class RejudgeUnfit(MemoryError):
     width tried ("float64", or "float64 and float32")."""
 
     def __init__(self, widths: str):
-        super().__init__(f"the {widths} re-judge did not fit in memory")
+        plural = "s" if " and " in widths else ""
+        super().__init__(f"the {widths} re-judge{plural} did not fit in memory")
         self.widths = widths
 
 
@@ -469,14 +471,16 @@ def _rejudge_run(run):
     return None
 
 
-def _float64_cannot_fit(args) -> bool:
-    """Whether this process's data limit is below three copies of the float inputs widened
-    to float64 (the widened arrays, the device's copies, the reference's own): the attempt
-    and its retry would each allocate gigabytes only to fail."""
+def _cannot_fit_widened(args, dtype) -> bool:
+    """Whether this process's data limit is below three times the float inputs widened to
+    `dtype` (the widened inputs, and as much again twice for the reference's work and what
+    this process already holds): the attempt and its retry would each allocate gigabytes
+    only to fail."""
     soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
     if soft == resource.RLIM_INFINITY:
         return False
-    wide = sum(int(np.prod(a.shape)) * 8 for a in args if _is_float_array(a))
+    itemsize = np.dtype(dtype).itemsize
+    wide = sum(int(np.prod(a.shape)) * itemsize for a in args if _is_float_array(a))
     return 3 * wide > soft
 
 
@@ -574,17 +578,21 @@ def _rejudge_in_float64(task, configuration, args, got, expected) -> str:
         if bad > max(1, WIDE_MAX_BAD_FRACTION * g.size):
             return ""
     width = "float64"
+    half = _only_half_precision_floats(args)
+    too_wide = "the widened inputs would take most of the memory limit"
     try:
-        if _only_half_precision_floats(args) and _float64_cannot_fit(args):
-            raise MemoryError("the widened inputs alone would take most of the memory limit")
+        if half and _cannot_fit_widened(args, np.float64):
+            raise MemoryError(too_wide)
         truth = _reference_in_float64(task, configuration, args, expected)
     except MemoryError as e:
         # Inputs of 16 bits have a truth in float32 too, in half the memory (a MoE's expert
         # weights at their test size, widened to float64, are several GiB).
-        if not _only_half_precision_floats(args):
+        if not half:
             raise RejudgeUnfit("float64") from e
         width = "float32"
         try:
+            if _cannot_fit_widened(args, np.float32):
+                raise MemoryError(too_wide)
             truth = _reference_in_float64(task, configuration, args, expected, np.float32)
         except MemoryError as e32:
             raise RejudgeUnfit("float64 and float32") from e32
