@@ -184,8 +184,8 @@ std::optional<std::size_t> side_node(const dispatcher_state& st) {
   for (bool refusing_too : {false, true}) {
     for (std::size_t i = 0; i < st.nodes.size(); ++i) {
       auto& n = st.nodes[i];
-      if (usable(n) && (refusing_too || !n.refusing)
-          && (!best || n.in_flight + n.side.size() < st.nodes[*best].in_flight + st.nodes[*best].side.size()))
+      auto load = [](const node_slot& x) { return x.in_flight + x.side.size(); };
+      if (usable(n) && (refusing_too || !n.refusing) && (!best || load(n) < load(st.nodes[*best])))
         best = i;
     }
     if (best)
