@@ -349,6 +349,21 @@ def test_a_skipped_case_is_a_skipped_phase_through_the_worker(worker):
 
 # ------------------------------------------- mismatches re-judged against a float64 truth
 
+
+class RejudgeTask:
+    """The part of a task the re-judge reads: its reference and one tolerance for every
+    output."""
+
+    def __init__(self, reference, atol, rtol):
+        self._reference, self._tolerance = reference, (atol, rtol)
+
+    def reference(self, configuration):
+        return self._reference
+
+    def tolerance(self, k):
+        return self._tolerance
+
+
 # Cancellation on the rare elements past 2.7 sigma (about 0.7%): in float32 they come back
 # with an error of ~0.01, in float64 exactly x.
 CANCELLING = """\
@@ -425,12 +440,7 @@ def test_rejudging_allows_the_references_spread_under_input_rounding():
     def reference(x, w, shift):
         return jax.nn.softmax(x @ w + shift, axis=-1)
 
-    class Task:
-        def reference(self, configuration):
-            return reference
-
-        def tolerance(self, k):
-            return (1e-4, 5e-3)
+    task = RejudgeTask(reference, 1e-4, 5e-3)
 
     rng = np.random.default_rng(2)
     n, k = 2048, 432
@@ -446,20 +456,20 @@ def test_rejudging_allows_the_references_spread_under_input_rounding():
     got = [np.asarray(jax.nn.softmax(blocked + shift, axis=-1))]
     bad = np.abs(got[0] - expected[0]) > 1e-4 + 5e-3 * np.abs(expected[0])
     assert 0 < bad.sum() <= 0.01 * bad.size
-    truth = tester._reference_in_float64(Task(), 0, args, expected)
-    note = tester._rejudge_in_float64(Task(), 0, args, got, expected)
+    truth = tester._reference_in_float64(task, 0, args, expected)
+    note = tester._rejudge_in_float64(task, 0, args, got, expected)
     # Where the reference's own error already covers the blocked sum (it depends on how this
     # CPU's XLA orders the reference's float32 contraction: on some machines it does), the
     # first allowance accepts it; otherwise only the one-ulp spread may, and must.
-    if tester.within_reference_error(got, expected, truth, Task().tolerance)[0]:
+    if tester.within_reference_error(got, expected, truth, task.tolerance)[0]:
         assert "own error" in note, note
     else:
         assert "move by one ulp" in note, note
-    spread = tester._rounding_spread(Task(), 0, args, truth)
-    assert tester.within_reference_error(got, expected, truth, Task().tolerance, spread)[0]
+    spread = tester._rounding_spread(task, 0, args, truth)
+    assert tester.within_reference_error(got, expected, truth, task.tolerance, spread)[0]
     wrong = [expected[0].copy()]
     wrong[0][bad] += 0.3
-    assert tester._rejudge_in_float64(Task(), 0, args, wrong, expected) == ""
+    assert tester._rejudge_in_float64(task, 0, args, wrong, expected) == ""
 
 
 def test_rejudging_out_of_memory_frees_and_retries_then_says_so():
@@ -477,22 +487,17 @@ def test_rejudging_out_of_memory_frees_and_retries_then_says_so():
         lossy = (x * 1e-2 + 3000.0 - 3000.0) * 100.0
         return jnp.where(jnp.abs(x) > 2.7, lossy, x)
 
-    class Task:
-        def reference(self, configuration):
-            return reference
-
-        def tolerance(self, k):
-            return (1e-3, 1e-3)
+    task = RejudgeTask(reference, 1e-3, 1e-3)
 
     x = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)
     expected = [np.asarray(reference(x))]
     got = [x.copy()]   # exact where the reference cancels: a small mismatch
     fails = 1
-    note = tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    note = tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert "float64 evaluation" in note and calls["n"] == 2, (note, calls)
     calls["n"], fails = 0, 9
     with pytest.raises(MemoryError):
-        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+        tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert calls["n"] == 2
     # A reference that cannot run in float64 for another reason: no truth, no retry.
     calls["n"], fails = 0, 0
@@ -503,8 +508,8 @@ def test_rejudging_out_of_memory_frees_and_retries_then_says_so():
             raise TypeError("only float32")
         return reference(x)
 
-    Task.reference = lambda self, c: refuses
-    assert tester._rejudge_in_float64(Task(), 0, [x], got, expected) == ""
+    assert tester._rejudge_in_float64(RejudgeTask(refuses, 1e-3, 1e-3), 0, [x], got,
+                                      expected) == ""
     assert calls["n"] == 1
 
 
@@ -523,12 +528,7 @@ def test_bfloat16_inputs_are_rejudged_in_float32_when_float64_does_not_fit(monke
         lossy = (x * 1e-2 + 300.0 - 300.0) * 100.0
         return jnp.where(jnp.abs(x) > 2.7, lossy, x)
 
-    class Task:
-        def reference(self, configuration):
-            return reference
-
-        def tolerance(self, k):
-            return (1e-2, 1e-2)
+    task = RejudgeTask(reference, 1e-2, 1e-2)
 
     x = np.random.default_rng(0).normal(size=(256, 256)).astype(jnp.bfloat16)
     expected = [np.asarray(reference(x))]
@@ -536,38 +536,38 @@ def test_bfloat16_inputs_are_rejudged_in_float32_when_float64_does_not_fit(monke
     bad = np.abs(got[0].astype(np.float32) - expected[0].astype(np.float32)) > 0.05
     assert 0 < bad.sum() <= 0.01 * bad.size
     widths.clear()
-    note = tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    note = tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert "float32 evaluation" in note, (note, widths)
     assert widths[:3] == ["float64", "float64", "float32"], widths   # float64 retried once
     # A kernel far off there (beyond twice the reference's own error, ~3) still fails.
     wrong = [x.copy()]
     wrong[0][bad] = (wrong[0][bad].astype(np.float32) + 20.0).astype(jnp.bfloat16)
-    assert tester._rejudge_in_float64(Task(), 0, [x], wrong, expected) == ""
+    assert tester._rejudge_in_float64(task, 0, [x], wrong, expected) == ""
     # A data limit below three float64 copies of the inputs (3 x 512 KiB here): float64 is
     # not even tried.
     limit = tester.resource.getrlimit(tester.resource.RLIMIT_DATA)
     monkeypatch.setattr(tester.resource, "getrlimit", lambda which: (1 << 20, limit[1]))
     widths.clear()
     oom.clear()
-    assert "float32 evaluation" in tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+    assert "float32 evaluation" in tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert widths == ["float32"], widths
     # Below three float32 copies (3 x 256 KiB) neither is tried.
     monkeypatch.setattr(tester.resource, "getrlimit", lambda which: (512 << 10, limit[1]))
     widths.clear()
     with pytest.raises(tester.RejudgeUnfit) as unfit:
-        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+        tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert unfit.value.widths == "float64 and float32" and widths == [], widths
     monkeypatch.undo()
     oom.add("float64")
     # Neither fits: the verdict names both.
     oom.add("float32")
     with pytest.raises(tester.RejudgeUnfit) as unfit:
-        tester._rejudge_in_float64(Task(), 0, [x], got, expected)
+        tester._rejudge_in_float64(task, 0, [x], got, expected)
     assert unfit.value.widths == "float64 and float32"
     # float32 inputs: a float32 evaluation is no finer than the reference, not tried.
     widths.clear()
     x32 = x.astype(np.float32)
     expected32 = [np.where(np.abs(x32) > 2.7, 0.0, x32).astype(np.float32)]
     with pytest.raises(tester.RejudgeUnfit) as unfit:
-        tester._rejudge_in_float64(Task(), 0, [x32], [x32.copy()], expected32)
+        tester._rejudge_in_float64(task, 0, [x32], [x32.copy()], expected32)
     assert unfit.value.widths == "float64" and widths == ["float64", "float64"], widths

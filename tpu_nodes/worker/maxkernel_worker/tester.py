@@ -577,25 +577,23 @@ def _rejudge_in_float64(task, configuration, args, got, expected) -> str:
             bad = int((~((np.abs(a - b) <= atol + rtol * np.abs(b)) | (a == b))).sum())
         if bad > max(1, WIDE_MAX_BAD_FRACTION * g.size):
             return ""
-    width = "float64"
+    # Inputs of 16 bits have a truth in float32 too, in half the memory (a MoE's expert
+    # weights at their test size, widened to float64, are several GiB); for them a width
+    # whose widened inputs cannot fit is not even tried.
     half = _only_half_precision_floats(args)
-    too_wide = "the widened inputs would take most of the memory limit"
-    try:
-        if half and _cannot_fit_widened(args, np.float64):
-            raise MemoryError(too_wide)
-        truth = _reference_in_float64(task, configuration, args, expected)
-    except MemoryError as e:
-        # Inputs of 16 bits have a truth in float32 too, in half the memory (a MoE's expert
-        # weights at their test size, widened to float64, are several GiB).
-        if not half:
-            raise RejudgeUnfit("float64") from e
-        width = "float32"
+    tried = []
+    for dtype in (np.float64, np.float32) if half else (np.float64,):
+        width = np.dtype(dtype).name
+        tried.append(width)
+        if half and _cannot_fit_widened(args, dtype):
+            continue
         try:
-            if _cannot_fit_widened(args, np.float32):
-                raise MemoryError(too_wide)
-            truth = _reference_in_float64(task, configuration, args, expected, np.float32)
-        except MemoryError as e32:
-            raise RejudgeUnfit("float64 and float32") from e32
+            truth = _reference_in_float64(task, configuration, args, expected, dtype)
+            break
+        except MemoryError:
+            continue
+    else:
+        raise RejudgeUnfit(" and ".join(tried))
     if truth is None:
         return ""
     ok, rescued = within_reference_error(got, expected, truth, task.tolerance)
