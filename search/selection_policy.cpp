@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -34,7 +35,7 @@ std::vector<frontier_entry> canonical(const std::vector<frontier_entry>& in) {
     if (!timed(e))
       e.time_us = 0;
   auto fields = [](const frontier_entry& e) {
-    return std::tie(e.index, e.time_us, e.family, e.children, e.depth, e.exhausted);
+    return std::tie(e.index, e.time_us, e.family, e.children, e.depth, e.exhausted, e.kernel);
   };
   std::sort(out.begin(), out.end(),
             [&](const frontier_entry& a, const frontier_entry& b) { return fields(a) < fields(b); });
@@ -44,6 +45,29 @@ std::vector<frontier_entry> canonical(const std::vector<frontier_entry>& in) {
                         }),
             out.end());
   return out;
+}
+
+// Closes every timed vertex of a kernel but the fastest (the first on ties): a vertex whose
+// kernel another vertex already is adds no new starting point. Closed like an exhausted
+// vertex, so it still counts in bandit's best time and children total.
+void close_repeated_kernels(std::vector<frontier_entry>& all) {
+  std::map<std::string, size_t> kept;  // kernel -> its open entry
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto& e = all[i];
+    if (e.kernel.empty() || !timed(e))
+      continue;
+    auto [it, first] = kept.emplace(e.kernel, i);
+    if (first)
+      continue;
+    auto& other = all[it->second];
+    // Entries are in index order: on equal times the earlier one stays open.
+    if (e.time_us < other.time_us) {
+      other.exhausted = true;
+      it->second = i;
+    } else {
+      e.exhausted = true;
+    }
+  }
 }
 
 std::vector<uint32_t> beam(const std::vector<frontier_entry>& all, unsigned width) {
@@ -132,6 +156,7 @@ std::vector<uint32_t> select_frontier(policy_kind policy,
   if (width == 0)
     return {};
   auto all = canonical(candidates);
+  close_repeated_kernels(all);
   return policy == policy_kind::beam ? beam(all, width) : bandit(all, width, round, seed);
 }
 

@@ -18,6 +18,7 @@ struct frontier_entry {
   uint32_t children = 0;  // children already made from it
   uint32_t depth = 0;     // edges from its root
   bool exhausted = false; // the planner had no new move for it
+  std::string kernel;     // search::kernel_fingerprint of its structure; "" when unknown
 };
 
 enum class policy_kind { beam, bandit };
@@ -32,8 +33,10 @@ std::string_view policy_name(policy_kind policy);
 inline constexpr double bandit_exploration = 0.5;
 inline constexpr double bandit_diversity = 0.25;
 
-// The vertices to expand this round (at most `width`), in expansion order. beam: the `width`
-// fastest that are not exhausted (ties: lower index). bandit: greedy by UCB score plus the
+// The vertices to expand this round (at most `width`), in expansion order. Vertices of one
+// kernel (equal non-empty `kernel`) are expanded through one of them only, the fastest (ties:
+// lower index): the planner's moves from the others make the same kernels again under other
+// parameters. beam: the `width` fastest open vertices (ties: lower index). bandit: greedy by UCB score plus the
 // diversity bonus, ties broken by a hash of (seed, round, index).
 std::vector<uint32_t> select_frontier(policy_kind policy,
                                       const std::vector<frontier_entry>& candidates,
