@@ -202,7 +202,7 @@ void next_round(supervisor_self self) {
   if (auto reason = run->stop_reason(); !reason.empty())
     return finish(self, reason);
   auto s = run->ctx->settings();
-  // The frontier: correct, profiled vertices.
+  // The frontier: correct, profiled vertices (one open per kernel: select_frontier).
   std::vector<search::frontier_entry> frontier;
   std::vector<uint32_t> children(record.size(), 0), depth(record.size(), 0);
   for (size_t i = 0; i < record.size(); ++i) {
@@ -218,7 +218,7 @@ void next_round(supervisor_self self) {
       continue;
     frontier.push_back({static_cast<uint32_t>(i), v.getTimeUs(),
                         v.getCandidate().getTemplate().cStr(), children[i], depth[i],
-                        v.getExhausted()});
+                        v.getExhausted(), record.kernel_fingerprint(i)});
   }
   std::vector<int> parents;
   auto policy = search::parse_policy(s.getPolicy().cStr()).value_or(search::policy_kind::beam);

@@ -1,6 +1,7 @@
 #include "actors/search_record.hpp"
 
 #include "messages/content_hash.hpp"
+#include "search/kernel_fingerprint.hpp"
 #include "search/search_graph.hpp"
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ bool search_record::open(const std::string& graph_path, schema::KernelSpec::Read
                          std::string& error) {
   vertices_.clear();
   readers_.clear();
+  kernels_.clear();
   transcript_.clear();
   resumed_ = false;
   graph_.reset();
@@ -135,8 +137,13 @@ void search_record::weigh(size_t i) {
     tried_of_id_.emplace(id.cStr(), i);
   if (v.getState() != schema::VertexState::PENDING)
     ++evaluated_;
-  if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0 ||
-      !accepted(v))
+  kernels_.resize(std::max(kernels_.size(), i + 1));
+  kernels_[i].clear();
+  if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0)
+    return;
+  if (v.getHasResult() && v.getResult().getHasStructure())
+    kernels_[i] = search::kernel_fingerprint(v.getResult().getStructure());
+  if (!accepted(v))
     return;
   double best_us = best_ < 0 ? 0 : vertex(static_cast<size_t>(best_)).getTimeUs();
   // The first of equal times wins, as in a full pass.
@@ -148,6 +155,7 @@ void search_record::weigh(size_t i) {
 void search_record::reindex() {
   first_of_id_.clear();
   tried_of_id_.clear();
+  kernels_.clear();
   best_ = -1;
   evaluated_ = 0;
   for (size_t i = 0; i < vertices_.size(); ++i)

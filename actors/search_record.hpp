@@ -57,6 +57,10 @@ public:
   // repair replaced (Vertex.triedIds); -1 when none. A step that yields it is not new.
   int find_tried(const std::string& id) const;
 
+  // search::kernel_fingerprint of vertex i's structure when it is correct and timed; "" for
+  // any other vertex. Computed once per vertex as it is put.
+  const std::string& kernel_fingerprint(size_t i) const { return kernels_[i]; }
+
   // The fastest correct vertex (first on ties); -1 when none.
   int best() const;
   double best_time_us() const;
@@ -94,6 +98,7 @@ private:
   std::vector<schema::Vertex::Reader> readers_;
   std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
   std::unordered_map<std::string, size_t> tried_of_id_;  // replaced by a repair -> vertex
+  std::vector<std::string> kernels_;                      // per vertex, kernel_fingerprint
   int best_ = -1;
   unsigned evaluated_ = 0;
   std::vector<std::string> transcript_;

@@ -390,3 +390,58 @@ TEST_F(GraphSupervisor, ARoundTriesEachKindOfChangeOnce) {
   EXPECT_GE(kinds.size(), 3u);
   EXPECT_EQ(r.getVertices().size(), 12u) << r.getStopReason().cStr();
 }
+
+namespace {
+
+// Vertices a round expanded although an earlier vertex known then was the same kernel
+// (kernel_params) and not slower: the planner's moves from them make that kernel's
+// children again under other parameters.
+std::set<unsigned> repeated_kernels_expanded(schema::OptimizeResult::Reader r) {
+  auto vs = r.getVertices();
+  std::set<unsigned> out;
+  for (auto c : vs) {
+    if (c.getParent() < 0)
+      continue;
+    auto i = static_cast<unsigned>(c.getParent());
+    auto kernel = kernel_params(vs[i].getCandidate().getSource().cStr());
+    for (unsigned j = 0; j < vs.size(); ++j) {
+      auto other = vs[j];
+      if (j == i || other.getRound() >= c.getRound() || !other.getCorrect() ||
+          kernel_params(other.getCandidate().getSource().cStr()) != kernel)
+        continue;
+      if (other.getTimeUs() < vs[i].getTimeUs() ||
+          (other.getTimeUs() == vs[i].getTimeUs() && j < i))
+        out.insert(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// A kernel is expanded through one vertex: v5p's grid semantics, a choice the stand-in's
+// kernels do not depend on when it reports structures, makes a vertex that is its parent's
+// kernel again; its moves would remake the parent's children. Without structures (no
+// fingerprint) the same search expands such vertices: the scenario exercises the rule.
+TEST_F(GraphSupervisor, AKernelIsExpandedThroughOneVertexOnly) {
+  search_settings s{.mode = "graph", .budget = 16, .beam = 2, .branching = 3, .chip = "v5p"};
+  auto blind = optimize(spawn(), s);
+  ASSERT_TRUE(blind.result) << messages::message_of(blind.error);
+  EXPECT_FALSE(repeated_kernels_expanded(blind.r()).empty());
+  node->structure = true;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  EXPECT_EQ(repeated_kernels_expanded(r), std::set<unsigned>{});
+  // The same best kernel: the moves it left out only remade kernels it had.
+  auto best_of = [](schema::OptimizeResult::Reader x) {
+    return x.getVertices()[static_cast<unsigned>(x.getBest())].getTimeUs();
+  };
+  ASSERT_GE(r.getBest(), 0);
+  EXPECT_EQ(best_of(r), best_of(blind.r()));
+  for (auto v : r.getVertices()) {
+    if (v.getCorrect()) {
+      EXPECT_TRUE(v.getResult().getHasStructure()) << "vertex " << v.getIndex();
+    }
+  }
+}

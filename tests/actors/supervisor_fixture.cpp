@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace maxkernel::actors_test {
@@ -102,6 +103,12 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
   p.setComputeUs(t * 0.1);
   p.setOverheadUs(t * 0.1);
   p.setBackend("model");
+  if (book.structure) {
+    r.setHasStructure(true);
+    auto st = r.initStructure();
+    st.setSchemaVersion(schema::SCHEMA_VERSION);
+    st.initPallasCalls(1)[0].setName(kernel_params(source));
+  }
   return messages::make_payload<schema::EvalResult>(msg);
 }
 
@@ -159,18 +166,38 @@ std::shared_ptr<task> rmsnorm_task() {
   return t;
 }
 
-double modeled_time_us(const std::string& source) {
+namespace {
+
+// The header's params the stand-in's time depends on; nullopt without a header.
+std::optional<nlohmann::json> timed_params(const std::string& source) {
   auto at = source.find("# params: ");
   if (at == std::string::npos)
-    return 40.0 + static_cast<double>(source.size() % 23);
+    return std::nullopt;
   auto end = source.find('\n', at);
   auto params = nlohmann::json::parse(source.substr(at + 10, end - at - 10), nullptr, false);
-  double t = 10;
+  nlohmann::json out = nlohmann::json::object();
   if (params.is_object())
     for (const auto& [k, v] : params.items())
       if (v.is_number() && k != "vmem_limit_bytes" && v.get<double>() > 0)
-        t += 3 * std::abs(std::log2(v.get<double>()) - 7);
+        out[k] = v;
+  return out;
+}
+
+}  // namespace
+
+double modeled_time_us(const std::string& source) {
+  auto params = timed_params(source);
+  if (!params)
+    return 40.0 + static_cast<double>(source.size() % 23);
+  double t = 10;
+  for (const auto& [k, v] : params->items())
+    t += 3 * std::abs(std::log2(v.get<double>()) - 7);
   return t;
+}
+
+std::string kernel_params(const std::string& source) {
+  auto params = timed_params(source);
+  return params ? params->dump() : source;
 }
 
 stand_in_node spawn_stand_in_node(caf::actor_system& sys, std::shared_ptr<node_book> book) {

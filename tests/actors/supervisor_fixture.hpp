@@ -69,6 +69,9 @@ struct node_book {
   std::map<unsigned, messages::error_code> errors;  // request n (from 1) answered with an error
   std::vector<std::pair<caf::typed_response_promise<payload>, payload>> held;
   size_t max_held = 0;                 // the most answers released at once
+  bool structure = false;              // answers carry a KernelStructure built from
+                                       // kernel_params: a change of anything else (a string
+                                       // choice, the VMEM limit) makes the same kernel
 
   std::set<std::string> distinct() const { return {sources.begin(), sources.end()}; }
   // The sources of the requests it holds answers for (the last ones it received).
@@ -80,6 +83,9 @@ struct node_book {
 // The modeled time of a kernel: from the `# params:` header of an expert template's source
 // (each block parameter away from 128 costs time), else from the source's length.
 double modeled_time_us(const std::string& source);
+// What that time depends on: the numeric params of the header but vmem_limit_bytes (a JSON
+// object dump; the source itself when it has no header).
+std::string kernel_params(const std::string& source);
 constexpr double roofline_us = 4.0;
 
 using release_atom = caf::atom_constant<caf::atom("release")>;
