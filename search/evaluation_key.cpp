@@ -160,6 +160,9 @@ std::string evaluation_key(const messages::sha256_stream& prefix,
   append_part(bytes, parts.backend);
   append_part(bytes, parts.jax_version);
   append_part(bytes, parts.options);
+  // After the others and only when given: keys without it are the ones made before it.
+  if (!parts.evaluator.empty())
+    append_part(bytes, parts.evaluator);
   auto hash = prefix;
   hash.update(bytes);
   return hash.hex();

@@ -16,6 +16,8 @@ struct evaluation_key_parts {
   std::string_view backend;        // model | jax-tpu
   std::string_view jax_version;
   std::string_view options;        // anything else that changes the result (seeds, full, ...)
+  std::string_view evaluator;      // the code and data that judge and price it (a digest:
+                                   // tpu_nodes::evaluator_revision); "" leaves it out
   bool reference = false;          // the spec's reference rather than a candidate
 };
 

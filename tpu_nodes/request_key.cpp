@@ -1,6 +1,7 @@
 #include "tpu_nodes/request_key.hpp"
 
 #include "messages/content_hash.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 
 #include <capnp/message.h>
 
@@ -130,12 +131,14 @@ std::string request_key(schema::EvalRequest::Reader request, std::string_view ch
   bool reference = request.getReference();
   auto hash = spec_hash(request.getSpec());
   auto options = result_options(request, backend);
+  auto evaluator = evaluator_revision(backend, chip);
   search::evaluation_key_parts parts;
   parts.spec_hash = hash;
   parts.chip = chip;
   parts.backend = backend;
   parts.jax_version = jax_version;
   parts.options = options;
+  parts.evaluator = evaluator;
   parts.reference = reference;
   if (reference)
     return search::evaluation_key(reference_prefix(), parts);

@@ -20,7 +20,7 @@ std::string spec_hash(schema::KernelSpec::Reader spec);
 std::string result_options(schema::EvalRequest::Reader request, std::string_view backend);
 
 // search::evaluation_key over the candidate source (or the reference flag), the spec hash,
-// chip, backend, JAX version and result_options.
+// chip, backend, JAX version, result_options and this process's evaluator_revision.
 std::string request_key(schema::EvalRequest::Reader request, std::string_view chip,
                         std::string_view backend, std::string_view jax_version);
 

@@ -50,6 +50,7 @@ TEST(EvaluationKey, DiffersWhenAnyPartDiffers) {
   EXPECT_TRUE(vary([](auto& p) { p.options = "seed=2"; }));
   EXPECT_TRUE(vary([](auto& p) { p.reference = true; }));
   EXPECT_TRUE(vary([](auto& p) { p.options = ""; }));
+  EXPECT_TRUE(vary([](auto& p) { p.evaluator = "3f2a"; }));
 }
 
 TEST(EvaluationKey, PartsAreLengthPrefixed) {
@@ -99,6 +100,13 @@ TEST(EvaluationKey, FormatV1IsTheHashOfTheLengthPrefixedParts) {
             messages::sha256_hex(framed({"maxkernel.evaluation_key.v1", "reference", "",
                                          p.spec_hash, p.chip, p.backend, p.jax_version,
                                          p.options})));
+  // An evaluator revision is one more part at the end.
+  p.reference = false;
+  p.evaluator = "3f2a";
+  EXPECT_EQ(evaluation_key(prefix, p),
+            messages::sha256_hex(framed({"maxkernel.evaluation_key.v1", "candidate",
+                                         normalize_source(p.source), p.spec_hash, p.chip,
+                                         p.backend, p.jax_version, p.options, p.evaluator})));
 }
 
 TEST(EvaluationKey, Sha256StreamEqualsTheOneShotHash) {

@@ -1,9 +1,11 @@
 // The evaluation key of a request (tpu_nodes/request_key) over requests built the one way
 // commands build them (tpu_nodes/eval_request): every option that changes a result changes
-// the key, the tester's modes included, and a request without the modes keeps the key text
-// it had before they existed (results already in the store still answer it).
+// the key, the tester's modes included, and a request without the modes keeps the options
+// text it had before they existed. Every key also carries this process's evaluator revision
+// (evaluator_revision_test.cpp).
 #include "messages/eval_request.hpp"
 #include "search/evaluation_key.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 #include "tpu_nodes/request_key.hpp"
 
 #include <capnp/message.h>
@@ -168,6 +170,7 @@ TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
       auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2");
       auto hash = tpu_nodes::spec_hash(spec.asReader());
       auto options = tpu_nodes::result_options(request, "model");
+      auto evaluator = tpu_nodes::evaluator_revision("model", "v5e");
       search::evaluation_key_parts parts;
       parts.source = source;
       parts.spec_hash = hash;
@@ -175,6 +178,7 @@ TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
       parts.backend = "model";
       parts.jax_version = "0.10.2";
       parts.options = options;
+      parts.evaluator = evaluator;
       EXPECT_EQ(key, search::evaluation_key(parts)) << n;
       std::string crlf = "def workload(a):\r\n    return a\r\n# " + std::to_string(n) + "\n\n";
       parts.source = crlf;
