@@ -17,13 +17,13 @@ KERNEL = ROOT / "examples" / "matmul" / "kernel.py"
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason="maxkernel is not built")
 
 
-def run(command, *args, timeout=600):
+def run(command, *args, timeout=600, env=None):
     return subprocess.run([str(BIN), command, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
-def model_json(*args, code=0):
-    r = run("model", *args, "--json", "-")
+def model_json(*args, code=0, env=None):
+    r = run("model", *args, "--json", "-", env=env)
     assert r.returncode == code, r.stderr
     return json.loads(r.stdout), r.stderr
 
@@ -119,6 +119,32 @@ def test_second_run_is_answered_from_the_store(tmp_path):
     assert second["evaluations"] == 4 and second["cache_hits"] == 4
     assert [c["kernel_time_us"] for c in second["chips"]] == \
         [c["kernel_time_us"] for c in first["chips"]]
+
+
+def test_a_recalibrated_chip_is_not_answered_with_its_old_times(tmp_path):
+    """The chip file is part of every modeled result's key: after `maxkernel calibrate`
+    rewrites it, the store does not answer with times of the old constants."""
+    state = tmp_path / "state"
+    first, _ = model_json(SPEC, KERNEL, "--chip", "v5e,v6e", "--state-dir", state)
+    chips = tmp_path / "chips"
+    chips.mkdir()
+    for f in (ROOT / "config" / "chips").glob("*.yaml"):
+        (chips / f.name).write_text(f.read_text())
+    v6e = (chips / "v6e.yaml").read_text()
+    assert "step_overhead_us: 0.3365" in v6e
+    (chips / "v6e.yaml").write_text(v6e.replace("step_overhead_us: 0.3365",
+                                                "step_overhead_us: 3.365"))
+    env = dict(os.environ, MAXKERNEL_CHIPS_DIR=str(chips))
+    second, _ = model_json(SPEC, KERNEL, "--chip", "v5e,v6e", "--state-dir", state, env=env)
+    assert second["cache_hits"] == 2  # v5e's kernel and reference; v6e's modeled afresh
+    times = {c["chip"]: c["kernel_time_us"] for c in second["chips"]}
+    before = {c["chip"]: c["kernel_time_us"] for c in first["chips"]}
+    assert times["v5e"] == before["v5e"]
+    assert times["v6e"] > before["v6e"]  # ten times the per-step overhead
+    # The old constants again: their stored results answer.
+    third, _ = model_json(SPEC, KERNEL, "--chip", "v5e,v6e", "--state-dir", state)
+    assert third["cache_hits"] == 4
+    assert {c["chip"]: c["kernel_time_us"] for c in third["chips"]} == before
 
 
 @pytest.mark.parametrize("chips", ["v5e,v9", "v9", "V6E"])
