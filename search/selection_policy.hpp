@@ -36,8 +36,8 @@ inline constexpr double bandit_diversity = 0.25;
 // The vertices to expand this round (at most `width`), in expansion order. Vertices of one
 // kernel (equal non-empty `kernel`) are expanded through one of them only, the fastest (ties:
 // lower index): the planner's moves from the others make the same kernels again under other
-// parameters. beam: the `width` fastest open vertices (ties: lower index). bandit: greedy by UCB score plus the
-// diversity bonus, ties broken by a hash of (seed, round, index).
+// parameters. beam: the `width` fastest open vertices (ties: lower index). bandit: greedy by
+// UCB score plus the diversity bonus, ties broken by a hash of (seed, round, index).
 std::vector<uint32_t> select_frontier(policy_kind policy,
                                       const std::vector<frontier_entry>& candidates,
                                       unsigned width, unsigned round, uint64_t seed);
