@@ -1,7 +1,6 @@
 #include "tpu_nodes/request_key.hpp"
 
 #include "messages/content_hash.hpp"
-#include "tpu_nodes/evaluator_revision.hpp"
 
 #include <capnp/message.h>
 
@@ -127,11 +126,11 @@ const messages::sha256_stream& reference_prefix() {
 }  // namespace
 
 std::string request_key(schema::EvalRequest::Reader request, std::string_view chip,
-                        std::string_view backend, std::string_view jax_version) {
+                        std::string_view backend, std::string_view jax_version,
+                        std::string_view evaluator) {
   bool reference = request.getReference();
   auto hash = spec_hash(request.getSpec());
   auto options = result_options(request, backend);
-  auto evaluator = evaluator_revision(backend, chip);
   search::evaluation_key_parts parts;
   parts.spec_hash = hash;
   parts.chip = chip;

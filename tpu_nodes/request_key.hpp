@@ -20,8 +20,11 @@ std::string spec_hash(schema::KernelSpec::Reader spec);
 std::string result_options(schema::EvalRequest::Reader request, std::string_view backend);
 
 // search::evaluation_key over the candidate source (or the reference flag), the spec hash,
-// chip, backend, JAX version, result_options and this process's evaluator_revision.
+// chip, backend, JAX version, result_options and the evaluator revision (a node passes
+// evaluator_revision(backend, chip); kept a parameter so that the key stays a pure function
+// of its arguments, built without the chip files and worker package it digests).
 std::string request_key(schema::EvalRequest::Reader request, std::string_view chip,
-                        std::string_view backend, std::string_view jax_version);
+                        std::string_view backend, std::string_view jax_version,
+                        std::string_view evaluator);
 
 }  // namespace maxkernel::tpu_nodes

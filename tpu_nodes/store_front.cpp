@@ -6,6 +6,7 @@
 #include "messages/payload_codec.hpp"
 #include "search/evaluation_store.hpp"
 #include "tpu_nodes/checked_payload.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/store_policy.hpp"
 
@@ -90,7 +91,8 @@ std::string key_of(front_actor* self, const payload& request, std::string& candi
       return {};
     auto r = msg->root<schema::EvalRequest>();
     candidate_id = r.getCandidate().getId().cStr();
-    return request_key(r, r.getOptions().getChip().cStr(), st.backend, st.jax_version);
+    std::string chip = r.getOptions().getChip().cStr();
+    return request_key(r, chip, st.backend, st.jax_version, evaluator_revision(st.backend, chip));
   } catch (const kj::Exception&) {
     return {};
   }

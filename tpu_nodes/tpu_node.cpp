@@ -10,6 +10,7 @@
 #include "search/evaluation_store.hpp"
 #include "tpu_nodes/checked_payload.hpp"
 #include "tpu_nodes/pool_atoms.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/store_policy.hpp"
 #include "tpu_nodes/task_files.hpp"
@@ -364,7 +365,8 @@ void evaluate_checked(node_actor* self, pending_request& p, payload& bytes,
   p.spec_name = request.getSpec().getName();
   std::string candidate_id = request.getCandidate().getId();
   if (!st.jax_version.empty()) {
-    p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
+    p.key = request_key(request, p.chip, st.config.backend, st.jax_version,
+                        evaluator_revision(st.config.backend, p.chip));
     // Store hits are answered before anything else, even when the queue is full; on a
     // simulated device they queue for it (below).
     if (!simulated(self) && answer_from_store(self, p, candidate_id))
@@ -438,7 +440,8 @@ void on_version(node_actor* self, const std::string& jax_version, const std::str
       std::string err;
       auto msg = open_checked<schema::EvalRequest>(p.request, err);
       auto request = msg->root<schema::EvalRequest>();
-      p.key = request_key(request, p.chip, st.config.backend, st.jax_version);
+      p.key = request_key(request, p.chip, st.config.backend, st.jax_version,
+                        evaluator_revision(st.config.backend, p.chip));
       std::string candidate_id = request.getCandidate().getId().cStr();
       if (simulated(self)) {
         if (hit_on_device(self, id, candidate_id))

@@ -60,7 +60,7 @@ void plain(const std::string& bytes) {
 void eval_request(const std::string& bytes) {
   if (auto msg = open<schema::EvalRequest>(bytes)) {
     auto r = msg->root<schema::EvalRequest>();
-    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35");
+    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35", "");
   }
   std::string error;
   auto msg = tpu_nodes::open_checked<schema::EvalRequest>(bytes, error);
@@ -70,7 +70,7 @@ void eval_request(const std::string& bytes) {
     auto r = msg->root<schema::EvalRequest>();
     std::string name = r.getSpec().getName();
     std::string id = r.getCandidate().getId();
-    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35");
+    (void)tpu_nodes::request_key(r, "v6e", "jax-tpu", "0.4.35", "");
     (void)tpu_nodes::spec_hash(r.getSpec());
   } catch (const kj::Exception&) {
   }

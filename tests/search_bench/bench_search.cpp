@@ -61,6 +61,7 @@
 #include "search/evaluation_store.hpp"
 #include "search/state_dir.hpp"
 #include "tests/search_bench/bench_roles.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/store_policy.hpp"
 #include "tpu_nodes/tpu_node.hpp"
@@ -217,7 +218,8 @@ std::string key_of(const messages::payload& request, const std::string& chip,
   auto msg = messages::open_payload<schema::EvalRequest>(request, error);
   if (!msg)
     throw fail("bench_search: EvalRequest: " + error);
-  return tpu_nodes::request_key(msg->root<schema::EvalRequest>(), chip, "model", jax_version);
+  return tpu_nodes::request_key(msg->root<schema::EvalRequest>(), chip, "model", jax_version,
+                                tpu_nodes::evaluator_revision("model", chip));
 }
 
 // A fixed factor in [0.6, 1.4) for variant n: the modeled times the beam chooses among.

@@ -1,8 +1,8 @@
 // The evaluation key of a request (tpu_nodes/request_key) over requests built the one way
 // commands build them (tpu_nodes/eval_request): every option that changes a result changes
 // the key, the tester's modes included, and a request without the modes keeps the options
-// text it had before they existed. Every key also carries this process's evaluator revision
-// (evaluator_revision_test.cpp).
+// text it had before they existed. The evaluator revision the node passes is a part of it
+// too (evaluator_revision_test.cpp).
 #include "messages/eval_request.hpp"
 #include "search/evaluation_key.hpp"
 #include "tpu_nodes/evaluator_revision.hpp"
@@ -42,7 +42,7 @@ void build(built& b, const request_settings& settings) {
 std::string key_of(const request_settings& settings) {
   built b;
   build(b, settings);
-  return tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2");
+  return tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2", "e1");
 }
 
 std::string options_of(const request_settings& settings) {
@@ -76,6 +76,16 @@ TEST(RequestKey, BuildEvalRequestCarriesTheTestersModes) {
   build(plain, seeds({4}));
   EXPECT_FALSE(plain.request.getOptions().hasValueMode());
   EXPECT_FALSE(plain.request.getOptions().hasShapeMode());
+}
+
+// What judged and priced a result is part of its key: another worker, pricing or chip file
+// (another evaluator revision) does not share it.
+TEST(RequestKey, TheEvaluatorRevisionIsPartOfTheKey) {
+  built b;
+  build(b, request_settings{});
+  auto key = tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2", "e1");
+  EXPECT_EQ(tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2", "e1"), key);
+  EXPECT_NE(tpu_nodes::request_key(b.request, "v5e", "model", "0.10.2", "e2"), key);
 }
 
 TEST(RequestKey, WithoutModesTheOptionsTextIsUnchanged) {
@@ -166,11 +176,11 @@ TEST(RequestKey, SharedNormalisedSourcesGiveTheDirectKey) {
       settings.chip = "v5e";
       messages::build_eval_request(msg.initRoot<schema::EvalRequest>(), spec.asReader(), source,
                                    "test", settings);
+      auto evaluator = tpu_nodes::evaluator_revision("model", "v5e");
       auto request = msg.getRoot<schema::EvalRequest>().asReader();
-      auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2");
+      auto key = tpu_nodes::request_key(request, "v5e", "model", "0.10.2", evaluator);
       auto hash = tpu_nodes::spec_hash(spec.asReader());
       auto options = tpu_nodes::result_options(request, "model");
-      auto evaluator = tpu_nodes::evaluator_revision("model", "v5e");
       search::evaluation_key_parts parts;
       parts.source = source;
       parts.spec_hash = hash;

@@ -11,6 +11,7 @@
 #include "search/evaluation_store.hpp"
 #include "tests/support/deterministic_system.hpp"
 #include "tests/support/eval_requests.hpp"
+#include "tpu_nodes/evaluator_revision.hpp"
 #include "tpu_nodes/request_key.hpp"
 #include "tpu_nodes/task_files.hpp"
 #include "tpu_nodes/tpu_node.hpp"
@@ -366,7 +367,8 @@ TEST_F(ShippedTask, EvaluationsReadTheWrittenDirectoryUnderTheRequestersKey) {
 
   // The key is the request's as the supervisor sent it (its path), not the node's directory.
   auto msg = messages::open_payload<schema::EvalRequest>(first, err);
-  auto expected = tpu_nodes::request_key(msg->root<schema::EvalRequest>(), "v6e", "model", "0.4.test");
+  auto expected = tpu_nodes::request_key(msg->root<schema::EvalRequest>(), "v6e", "model",
+                                         "0.4.test", tpu_nodes::evaluator_revision("model", "v6e"));
   auto result = messages::open_payload<schema::EvalResult>(*r1, err);
   ASSERT_TRUE(result) << err;
   EXPECT_EQ(std::string(result->root<schema::EvalResult>().getKey().cStr()), expected);
