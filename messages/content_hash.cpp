@@ -28,6 +28,12 @@ EVP_MD_CTX* new_context() {
 
 }  // namespace
 
+void append_part(std::string& out, std::string_view part) {
+  out += std::to_string(part.size());
+  out += ':';
+  out += part;
+}
+
 std::string sha256_hex(std::string_view bytes) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int len = 0;

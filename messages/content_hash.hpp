@@ -10,6 +10,10 @@ namespace maxkernel::messages {
 
 std::string sha256_hex(std::string_view bytes);
 
+// Appends `part` as "<decimal length>:<bytes>": parts framed this way and hashed together
+// cannot trade bytes across a boundary (("ab","c") and ("a","bc") differ).
+void append_part(std::string& out, std::string_view part);
+
 // SHA-256 fed in parts. A copy carries the state so far: a long common prefix (a kernel's
 // source, the same for each of its requests) is hashed once and each copy finishes with
 // its own tail.

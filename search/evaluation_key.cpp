@@ -83,12 +83,6 @@ private:
   bool escaped_ = false;
 };
 
-void append_part(std::string& out, std::string_view part) {
-  out += std::to_string(part.size());
-  out += ':';
-  out += part;
-}
-
 }  // namespace
 
 std::string normalize_source(std::string_view source) {
@@ -143,8 +137,8 @@ messages::sha256_stream evaluation_key_prefix(bool reference, std::string_view n
   // The first part names the key's own format: changing what goes in changes every key.
   messages::sha256_stream hash;
   std::string bytes;
-  append_part(bytes, "maxkernel.evaluation_key.v1");
-  append_part(bytes, reference ? "reference" : "candidate");
+  messages::append_part(bytes, "maxkernel.evaluation_key.v1");
+  messages::append_part(bytes, reference ? "reference" : "candidate");
   bytes += std::to_string(normalized.size());
   bytes += ':';
   hash.update(bytes);
@@ -155,14 +149,14 @@ messages::sha256_stream evaluation_key_prefix(bool reference, std::string_view n
 std::string evaluation_key(const messages::sha256_stream& prefix,
                            const evaluation_key_parts& parts) {
   std::string bytes;
-  append_part(bytes, parts.spec_hash);
-  append_part(bytes, parts.chip);
-  append_part(bytes, parts.backend);
-  append_part(bytes, parts.jax_version);
-  append_part(bytes, parts.options);
+  messages::append_part(bytes, parts.spec_hash);
+  messages::append_part(bytes, parts.chip);
+  messages::append_part(bytes, parts.backend);
+  messages::append_part(bytes, parts.jax_version);
+  messages::append_part(bytes, parts.options);
   // After the others and only when given: keys without it are the ones made before it.
   if (!parts.evaluator.empty())
-    append_part(bytes, parts.evaluator);
+    messages::append_part(bytes, parts.evaluator);
   auto hash = prefix;
   hash.update(bytes);
   return hash.hex();

@@ -33,12 +33,6 @@ bool read_file(const fs::path& path, std::string& out) {
   return !in.bad();
 }
 
-void append_part(std::string& bytes, std::string_view part) {
-  bytes += std::to_string(part.size());
-  bytes += ':';
-  bytes += part;
-}
-
 }  // namespace
 
 std::string tree_digest(const std::string& dir, std::string_view suffix) {
@@ -63,8 +57,8 @@ std::string tree_digest(const std::string& dir, std::string_view suffix) {
     std::string bytes, contents;
     if (!read_file(fs::path(dir) / f, contents))
       contents = "unreadable";
-    append_part(bytes, f);
-    append_part(bytes, contents);
+    messages::append_part(bytes, f);
+    messages::append_part(bytes, contents);
     hash.update(bytes);
   }
   return hash.hex();
@@ -78,14 +72,14 @@ std::string file_digest(const std::string& path) {
 std::string evaluator_revision_of(std::string_view worker_digest, std::string_view backend,
                                   std::string_view chip_digest) {
   std::string bytes;
-  append_part(bytes, "worker");
-  append_part(bytes, worker_digest);
+  messages::append_part(bytes, "worker");
+  messages::append_part(bytes, worker_digest);
   // Only the model prices from the pricing code and the chip file; a measured time does not.
   if (backend == "model") {
-    append_part(bytes, "pricing");
-    append_part(bytes, MAXKERNEL_PRICING_DIGEST);
-    append_part(bytes, "chip");
-    append_part(bytes, chip_digest);
+    messages::append_part(bytes, "pricing");
+    messages::append_part(bytes, MAXKERNEL_PRICING_DIGEST);
+    messages::append_part(bytes, "chip");
+    messages::append_part(bytes, chip_digest);
   }
   return messages::sha256_hex(bytes);
 }
