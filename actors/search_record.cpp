@@ -138,12 +138,9 @@ void search_record::weigh(size_t i) {
   if (v.getState() != schema::VertexState::PENDING)
     ++evaluated_;
   kernels_.resize(std::max(kernels_.size(), i + 1));
-  kernels_[i].clear();
-  if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0)
-    return;
-  if (v.getHasResult() && v.getResult().getHasStructure())
-    kernels_[i] = search::kernel_fingerprint(v.getResult().getStructure());
-  if (!accepted(v))
+  kernels_[i].reset();
+  if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0 ||
+      !accepted(v))
     return;
   double best_us = best_ < 0 ? 0 : vertex(static_cast<size_t>(best_)).getTimeUs();
   // The first of equal times wins, as in a full pass.
@@ -180,6 +177,19 @@ int search_record::find_tried(const std::string& id) const {
     return i;
   auto it = tried_of_id_.find(id);
   return it == tried_of_id_.end() ? -1 : static_cast<int>(it->second);
+}
+
+const std::string& search_record::kernel_fingerprint(size_t i) const {
+  auto& kernel = kernels_[i];
+  if (!kernel) {
+    auto v = vertex(i);
+    bool timed = v.getState() == schema::VertexState::EVALUATED && v.getCorrect() &&
+                 v.getTimeUs() > 0;
+    kernel = timed && v.getHasResult() && v.getResult().getHasStructure()
+               ? search::kernel_fingerprint(v.getResult().getStructure())
+               : std::string();
+  }
+  return *kernel;
 }
 
 int search_record::best() const { return best_; }

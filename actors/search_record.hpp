@@ -58,8 +58,9 @@ public:
   int find_tried(const std::string& id) const;
 
   // search::kernel_fingerprint of vertex i's structure when it is correct and timed; "" for
-  // any other vertex. Computed once per vertex as it is put.
-  const std::string& kernel_fingerprint(size_t i) const { return kernels_[i]; }
+  // any other vertex. Computed on first asking (only graph's frontier asks) and kept until
+  // the vertex is put again.
+  const std::string& kernel_fingerprint(size_t i) const;
 
   // The fastest correct vertex (first on ties); -1 when none.
   int best() const;
@@ -98,7 +99,7 @@ private:
   std::vector<schema::Vertex::Reader> readers_;
   std::unordered_map<std::string, size_t> first_of_id_;  // candidate id -> first vertex
   std::unordered_map<std::string, size_t> tried_of_id_;  // replaced by a repair -> vertex
-  std::vector<std::string> kernels_;                      // per vertex, kernel_fingerprint
+  mutable std::vector<std::optional<std::string>> kernels_;  // per vertex, once asked
   int best_ = -1;
   unsigned evaluated_ = 0;
   std::vector<std::string> transcript_;
