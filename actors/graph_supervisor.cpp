@@ -31,6 +31,30 @@ double best_before(const search_record& record, size_t first) {
   return best;
 }
 
+// What a round expands: its parents (in selection order; -1: the planner without a parent,
+// first candidates) and how many children it asks of the planner and takes from each.
+struct round_shape {
+  std::vector<int> parents;
+  unsigned steps = 0;   // the planner's max_steps per parent
+  unsigned take = 0;    // children kept per parent
+  bool dive = false;    // one child of the best: an empty one falls back to breadth
+};
+
+// The vertex a dive starts from, or -1. When the last round made the best vertex (it was
+// faster than everything before) and that vertex is still open, the next round is one
+// child of it, the planner's first new move: on a chain of improving moves breadth would
+// pay `branching` children per step where one finds the next. The rule reads only the
+// record, so a resumed search and any node count make the same rounds.
+int dive_parent(const search_record& record) {
+  int best = record.best();
+  if (best < 0 || record.vertex(static_cast<size_t>(best)).getExhausted())
+    return -1;
+  unsigned last = 0;
+  for (size_t i = 0; i < record.size(); ++i)
+    last = std::max(last, record.vertex(i).getRound());
+  return record.vertex(static_cast<size_t>(best)).getRound() == last ? best : -1;
+}
+
 // Dispatches the round's lineages (vertices `first` .. end, already recorded as pending) all
 // at once; when the last one is in, records them in vertex order and starts the next round.
 void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
@@ -100,12 +124,11 @@ void dispatch_round(supervisor_self self, std::vector<lineage_start> children) {
 
 // The round's children from `plans` (one per expanded vertex, in selection order), each
 // implemented in step order; then truncated to the round's share of the budget and dispatched.
-void implement_round(supervisor_self self, std::vector<int> parents,
+void implement_round(supervisor_self self, std::shared_ptr<const round_shape> shape,
                      std::vector<std::shared_ptr<messages::decoded_message>> plans, size_t at,
                      std::shared_ptr<std::vector<implemented_step>> children,
                      std::shared_ptr<std::vector<std::string>> taken) {
   auto run = self->state.run;
-  unsigned want = run->ctx->settings().getBranching();
   if (at == plans.size()) {
     // One child per kind of change in a round: the same change from a second parent waits
     // for the first one's result (the planner, seeing it, ranks the change again next round)
@@ -127,6 +150,12 @@ void implement_round(supervisor_self self, std::vector<int> parents,
     size_t budget = run->round_budget();
     if (children->size() > budget)
       children->resize(budget);
+    if (children->empty() && shape->dive) {
+      // The best had no new move (it is marked exhausted now): a round of breadth instead.
+      report(self, fmt::format("round {}: no new move from the best; breadth instead",
+                               self->state.round));
+      return next_round(self);
+    }
     if (children->empty())
       return finish(self, "exhausted");
     std::vector<lineage_start> starts;
@@ -136,12 +165,11 @@ void implement_round(supervisor_self self, std::vector<int> parents,
                         c.expected_effect});
     return dispatch_round(self, std::move(starts));
   }
-  // A first round (no parent) takes every template the planner proposes.
-  unsigned cap = parents[at] < 0 ? std::max(1u, run->ctx->settings().getBeamWidth()) * want : want;
   auto impl = std::make_shared<step_implementer<supervisor_impl>>(
-    self, run, plans[at], taken, cap,
-    [self, run, parents, plans, at, children, taken](std::vector<implemented_step> found,
-                                                    std::vector<std::string>) {
+    self, run, plans[at], taken, shape->take,
+    [self, run, shape, plans, at, children, taken](std::vector<implemented_step> found,
+                                                  std::vector<std::string>) {
+      auto& parents = shape->parents;
       if (!current(self, run))
         return;
       std::string error;
@@ -151,34 +179,30 @@ void implement_round(supervisor_self self, std::vector<int> parents,
                                                        "search graph: " + error));
       for (auto& f : found)
         children->push_back(std::move(f));
-      implement_round(self, parents, plans, at + 1, children, taken);
+      implement_round(self, shape, plans, at + 1, children, taken);
     });
   impl->start();
 }
 
 // Asks the planner for each selected vertex in turn (the order is the selection's).
-void plan_round(supervisor_self self, std::vector<int> parents,
+void plan_round(supervisor_self self, std::shared_ptr<const round_shape> shape,
                 std::shared_ptr<std::vector<std::shared_ptr<messages::decoded_message>>> plans) {
   auto run = self->state.run;
-  if (plans->size() == parents.size())
-    return implement_round(self, parents, *plans, 0,
+  if (plans->size() == shape->parents.size())
+    return implement_round(self, shape, *plans, 0,
                            std::make_shared<std::vector<implemented_step>>(),
                            std::make_shared<std::vector<std::string>>());
-  int parent = parents[plans->size()];
-  auto s = run->ctx->settings();
+  int parent = shape->parents[plans->size()];
   std::string parent_id;
-  unsigned steps = s.getBranching();
   if (parent >= 0)
     parent_id = run->record.vertex(static_cast<size_t>(parent)).getCandidate().getId().cStr();
-  else
-    steps = std::max(1u, s.getBeamWidth()) * s.getBranching();
   ask_plan(
-    self, *run, parent_id, steps,
-    [self, run, parents, plans](std::shared_ptr<messages::decoded_message> plan) {
+    self, *run, parent_id, shape->steps,
+    [self, run, shape, plans](std::shared_ptr<messages::decoded_message> plan) {
       if (!current(self, run))
         return;
       plans->push_back(std::move(plan));
-      plan_round(self, parents, plans);
+      plan_round(self, shape, plans);
     },
     [self, run](caf::error err) {
       if (current(self, run))
@@ -202,6 +226,12 @@ void next_round(supervisor_self self) {
   if (auto reason = run->stop_reason(); !reason.empty())
     return finish(self, reason);
   auto s = run->ctx->settings();
+  auto shape = std::make_shared<round_shape>();
+  if (int dive = s.getDive() ? dive_parent(record) : -1; dive >= 0) {
+    *shape = {{dive}, one_child_steps, 1, true};
+    return plan_round(self, std::move(shape),
+                      std::make_shared<std::vector<std::shared_ptr<messages::decoded_message>>>());
+  }
   // The frontier: correct, profiled vertices (one open per kernel: select_frontier).
   std::vector<search::frontier_entry> frontier;
   std::vector<uint32_t> children(record.size(), 0), depth(record.size(), 0);
@@ -220,16 +250,19 @@ void next_round(supervisor_self self) {
                         v.getCandidate().getTemplate().cStr(), children[i], depth[i],
                         v.getExhausted(), record.kernel_fingerprint(i)});
   }
-  std::vector<int> parents;
   auto policy = search::parse_policy(s.getPolicy().cStr()).value_or(search::policy_kind::beam);
-  for (auto i : search::select_frontier(policy, frontier, std::max(1u, s.getBeamWidth()),
-                                        st.round, s.getSeed()))
-    parents.push_back(static_cast<int>(i));
+  unsigned width = std::max(1u, s.getBeamWidth());
+  for (auto i : search::select_frontier(policy, frontier, width, st.round, s.getSeed()))
+    shape->parents.push_back(static_cast<int>(i));
+  shape->steps = shape->take = s.getBranching();
   // Before anything is correct (or once every correct vertex is exhausted) the planner is
-  // asked without a parent: first candidates from the templates not tried yet.
-  if (parents.empty())
-    parents.push_back(-1);
-  plan_round(self, std::move(parents),
+  // asked without a parent: first candidates from the templates not tried yet, every one it
+  // proposes.
+  if (shape->parents.empty()) {
+    shape->parents.push_back(-1);
+    shape->steps = shape->take = width * s.getBranching();
+  }
+  plan_round(self, std::move(shape),
              std::make_shared<std::vector<std::shared_ptr<messages::decoded_message>>>());
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <system_error>
 
 namespace maxkernel::actors {
@@ -337,10 +338,14 @@ bool accepted(schema::Vertex::Reader v) {
 
 std::string search_key(schema::KernelSpec::Reader spec, schema::SearchSettings::Reader s) {
   // The spec's bytes stand for the task (read the same way, a spec gives the same bytes).
-  return messages::sha256_hex(fmt::format(
+  auto key = fmt::format(
     "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", messages::sha256_hex(messages::encode_root(spec)),
     s.getChip().cStr(), s.getMode().cStr(), s.getSeed(), s.getPolicy().cStr(),
-    s.getBeamWidth(), s.getBranching(), s.getMaxRepairs()));
+    s.getBeamWidth(), s.getBranching(), s.getMaxRepairs());
+  // Graph's rounds differ with and without dives; the other modes never dive.
+  if (std::string_view(s.getMode().cStr()) == "graph")
+    key += s.getDive() ? "\ndive" : "\nno dive";
+  return messages::sha256_hex(key);
 }
 
 search::search_header search_header_for(schema::KernelSpec::Reader spec,

@@ -59,7 +59,7 @@ void next_in_chain(supervisor_self self, std::function<void(lineage_start)> next
                    std::function<void(caf::error)> fail) {
   auto run = self->state.run;
   ask_plan(
-    self, *run, "", 8,
+    self, *run, "", one_child_steps,
     [=](std::shared_ptr<messages::decoded_message> plan) {
       if (!current(self, run))
         return;

@@ -55,6 +55,10 @@ void ask_test_plan(Self* self, std::shared_ptr<search_context> ctx, std::functio
       [fail](caf::error& err) { fail(std::move(err)); });
 }
 
+// Steps asked of the planner when one child is wanted (auto's next candidate, graph's dive):
+// the first that makes a kernel not evaluated yet is taken.
+inline constexpr unsigned one_child_steps = 8;
+
 // PlannerRequest with the whole history -> the Plan (decoded), or an error.
 template <class Self>
 void ask_plan(Self* self, search_run& run, const std::string& parent_id, unsigned max_steps,

@@ -196,6 +196,8 @@ std::vector<std::string> search_args(const optimize_options& s) {
     a.insert(a.end(), {"--brains", s.brains});
   if (s.test_every_candidate)
     a.emplace_back("--test-every-candidate");
+  if (s.no_dive)
+    a.emplace_back("--no-dive");
   if (s.no_store)
     a.emplace_back("--no-store");
   if (!s.store_scope.empty())

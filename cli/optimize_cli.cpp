@@ -29,6 +29,9 @@ void add_search_options(CLI::App* cmd, optimize_options& opt, const std::vector<
     ->check(CLI::Range(1u, 64u));
   cmd->add_option("--policy", opt.policy, "graph: frontier selection, beam | bandit")
     ->check(CLI::IsMember({"beam", "bandit"}));
+  cmd->add_flag("--no-dive", opt.no_dive,
+                "graph: expand the frontier every round (by default a round that found a "
+                "faster kernel is followed by one child of it, the planner's first move)");
   cmd->add_option("--max-repairs", opt.max_repairs, "debugger attempts per lineage")
     ->check(CLI::Range(0u, 20u));
   cmd->add_flag("--test-every-candidate", opt.test_every_candidate,

@@ -33,6 +33,7 @@ struct optimize_options {
   unsigned beam_width = 4;       // graph: vertices expanded per round
   unsigned branching = 3;        // graph: children per vertex
   std::string policy = "beam";   // graph: beam | bandit
+  bool no_dive = false;          // graph: breadth every round (SearchSettings.dive off)
   unsigned max_repairs = 3;
   bool test_every_candidate = false;  // the tester's cases also for candidates not faster
                                       // than the best (SearchSettings.testEveryCandidate)

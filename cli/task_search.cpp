@@ -41,6 +41,7 @@ int prepare_search(node_session& session, schema::KernelSpec::Reader spec,
   s.setBeamWidth(opts.beam_width);
   s.setBranching(opts.branching);
   s.setPolicy(opts.policy);
+  s.setDive(!opts.no_dive);
   s.setDeadlineMs(static_cast<uint32_t>(opts.deadline_seconds * 1000));
   s.setOperatorTimeoutSeconds(opts.operator_timeout);
   s.setOnTimeout(opts.on_timeout);

@@ -34,6 +34,9 @@ struct SearchSettings {
                                # test; false: only for one faster than the best when its step
                                # started (the others cannot become the result)
   storeScope @15 :Text;        # EvalOptions.storeScope of every request of the search
+  dive @16 :Bool = true;       # graph: after a round that found a faster vertex, the next
+                               # round is one child, the planner's first new move from it;
+                               # breadth again once a round finds nothing faster
 }
 
 struct OptimizeRequest {

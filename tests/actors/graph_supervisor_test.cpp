@@ -310,7 +310,9 @@ TEST_F(GraphSupervisor, EveryRequestCarriesTheSearchsStoreScope) {
 // same kernel as that vertex (Vertex.triedIds), not a new child. Seen on a real search: the
 // same failing growBlock child re-evaluated (from the store) in every round, spending budget.
 TEST_F(GraphSupervisor, AKernelARepairReplacedIsNotProposedAgain) {
-  search_settings s{.mode = "graph", .budget = 8, .beam = 1, .branching = 2, .max_repairs = 2};
+  // Breadth every round: round 1 has both of vertex 0's children.
+  search_settings s{.mode = "graph", .budget = 8, .beam = 1, .branching = 2, .max_repairs = 2,
+                    .dive = false};
   auto plain = optimize(spawn(), s);
   ASSERT_TRUE(plain.result) << messages::message_of(plain.error);
   // Round 1's children fail from now on, with a runtime error: the expert debugger's repair
@@ -444,4 +446,75 @@ TEST_F(GraphSupervisor, AKernelIsExpandedThroughOneVertexOnly) {
       EXPECT_TRUE(v.getResult().getHasStructure()) << "vertex " << v.getIndex();
     }
   }
+}
+
+namespace {
+
+// Each round's children, in vertex order, by round.
+std::map<unsigned, std::vector<unsigned>> rounds_of(schema::OptimizeResult::Reader r) {
+  std::map<unsigned, std::vector<unsigned>> out;
+  for (auto v : r.getVertices())
+    out[v.getRound()].push_back(v.getIndex());
+  return out;
+}
+
+double best_time(schema::OptimizeResult::Reader r) {
+  return r.getBest() < 0 ? 0 : r.getVertices()[static_cast<unsigned>(r.getBest())].getTimeUs();
+}
+
+}  // namespace
+
+// The stand-in's times make a chain toward block 16: every shrink of a block is faster. After
+// a round that made the best vertex, the next round is one child of it (the planner's first
+// new move); after a round that found nothing faster, breadth again. On the chain the dives
+// reach a faster kernel with the same budget than breadth every round does.
+TEST_F(GraphSupervisor, AFasterVertexIsFollowedByADive) {
+  search_settings s{.mode = "graph", .task = "matmul", .budget = 12, .beam = 2, .branching = 3};
+  node->best_block = 16;
+  auto o = optimize(spawn(), s);
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto r = o.r();
+  auto vs = r.getVertices();
+  ASSERT_EQ(vs.size(), 12u) << r.getStopReason().cStr();
+  auto rounds = rounds_of(r);
+  unsigned made = 0, dives = 0, breadth = 0;  // vertices before the round
+  int best = -1;                               // the best of them (first on ties)
+  unsigned best_round = 0;
+  for (auto& [round, children] : rounds) {
+    if (round > 0) {
+      bool dive = best >= 0 && best_round == round - 1;
+      if (dive) {
+        ++dives;
+        ASSERT_EQ(children.size(), 1u) << "round " << round;
+        EXPECT_EQ(vs[children[0]].getParent(), best) << "round " << round;
+      } else {
+        // Breadth: the round takes what the budget allows it (half of what is left).
+        unsigned left = s.budget - made;
+        unsigned share = left - left / 2;
+        if (share >= 2) {
+          ++breadth;
+          EXPECT_GE(children.size(), 2u) << "round " << round;
+        }
+      }
+    }
+    for (auto c : children) {
+      ++made;
+      if (vs[c].getCorrect() && (best < 0 || vs[c].getTimeUs() < vs[best].getTimeUs())) {
+        best = static_cast<int>(c);
+        best_round = round;
+      }
+    }
+  }
+  EXPECT_GE(dives, 5u);
+  EXPECT_GE(breadth, 1u);
+  EXPECT_EQ(best, r.getBest());
+  // Breadth every round: the same budget ends slower.
+  s.dive = false;
+  auto wide = optimize(spawn(), s);
+  ASSERT_TRUE(wide.result) << messages::message_of(wide.error);
+  auto w = wide.r();
+  EXPECT_EQ(w.getVertices().size(), 12u);
+  EXPECT_LT(w.getRounds(), r.getRounds());
+  EXPECT_LT(best_time(r), best_time(w));
+  EXPECT_GE(rounds_of(w)[1].size(), 2u);
 }

@@ -271,6 +271,17 @@ TEST(SearchRecord, KeyDependsOnSeedModeAndPolicyButNotOnBudget) {
   EXPECT_NE(actors::search_key(a.spec(), a.settings()), actors::search_key(e.spec(), e.settings()));
 }
 
+// Graph's rounds differ with and without dives, so its searches do not share a key; auto and
+// hitl never dive, so the setting does not split theirs.
+TEST(SearchRecord, KeyOfAGraphSearchDependsOnDives) {
+  settings_msg a, b;
+  b.msg.getRoot<schema::SearchSettings>().setDive(false);
+  EXPECT_NE(actors::search_key(a.spec(), a.settings()), actors::search_key(b.spec(), b.settings()));
+  a.msg.getRoot<schema::SearchSettings>().setMode("auto");
+  b.msg.getRoot<schema::SearchSettings>().setMode("auto");
+  EXPECT_EQ(actors::search_key(a.spec(), a.settings()), actors::search_key(b.spec(), b.settings()));
+}
+
 namespace {
 
 // A search_run over an OptimizeRequest with these settings and no graph file.

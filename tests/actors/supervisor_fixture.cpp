@@ -87,7 +87,7 @@ payload eval_result(schema::EvalRequest::Reader req, node_book& book) {
   tc.setMaxAbsErr(fails_case ? 0.5 : 1e-3);
   tc.setMaxRelErr(fails_case ? 0.5 : 1e-3);
   tc.setInputShapes("(4,256,512) bfloat16, (512,) bfloat16");
-  double t = modeled_time_us(source);
+  double t = modeled_time_us(source, book.best_block);
   auto p = r.initProfile();
   r.setHasProfile(true);
   p.setSchemaVersion(schema::SCHEMA_VERSION);
@@ -132,18 +132,29 @@ payload decision_payload(unsigned seq, const scripted_decision& s) {
 
 }  // namespace
 
-std::shared_ptr<task> rmsnorm_task() {
+namespace {
+
+struct recorded_input {
+  std::string name;
+  std::vector<int64_t> shape;  // empty: the static scalar `value`
+  std::string value{};
+};
+
+// A task over tests/agents/expert/data/<name>.json (written from the real reference).
+std::shared_ptr<task> recorded_task(const std::string& name, const char* reference,
+                                    const std::vector<recorded_input>& inputs,
+                                    std::vector<int64_t> output) {
   auto t = std::make_shared<task>();
-  std::ifstream in(std::string(MAXKERNEL_EXPERT_TEST_DATA) + "/rmsnorm_3d.json");
+  std::ifstream in(std::string(MAXKERNEL_EXPERT_TEST_DATA) + "/" + name + ".json");
   std::stringstream text;
   text << in.rdbuf();
   capnp::JsonCodec codec;
   codec.decode(kj::StringPtr(text.str().c_str()), t->graph_msg.initRoot<schema::DataflowGraph>());
   auto spec = t->spec_msg.initRoot<schema::KernelSpec>();
   spec.setSchemaVersion(schema::SCHEMA_VERSION);
-  spec.setName("rmsnorm_3d");
+  spec.setName(name);
   spec.setFormat(schema::SpecFormat::NATIVE);
-  spec.setReference(rmsnorm_reference);
+  spec.setReference(reference);
   spec.setReferenceEntry("reference");
   spec.setChip("v6e");
   auto tol = spec.initTolerances(1)[0];
@@ -152,18 +163,40 @@ std::shared_ptr<task> rmsnorm_task() {
   tol.setRtol(2e-2);
   auto cfg = spec.initConfigurations(1)[0];
   cfg.setName("default");
-  auto inputs = cfg.initInputs(3);
-  inputs[0].setName("x");
-  set_type(inputs[0].initType(), {4, 256, 512});
-  inputs[0].initGenerator().initNormal().setStd(1.0);
-  inputs[1].setName("weight");
-  set_type(inputs[1].initType(), {512});
-  inputs[1].initGenerator().initNormal().setStd(1.0);
-  inputs[2].setName("eps");
-  inputs[2].setIsStatic(true);
-  inputs[2].setStaticValue("1e-06");
-  set_type(cfg.initOutputs(1)[0], {4, 256, 512});
+  auto in_list = cfg.initInputs(static_cast<unsigned>(inputs.size()));
+  for (unsigned i = 0; i < inputs.size(); ++i) {
+    in_list[i].setName(inputs[i].name);
+    if (inputs[i].shape.empty()) {
+      in_list[i].setIsStatic(true);
+      in_list[i].setStaticValue(inputs[i].value);
+    } else {
+      set_type(in_list[i].initType(), inputs[i].shape);
+      in_list[i].initGenerator().initNormal().setStd(1.0);
+    }
+  }
+  set_type(cfg.initOutputs(1)[0], std::move(output));
   return t;
+}
+
+const char* matmul_reference = R"(import jax
+import jax.numpy as jnp
+
+def reference(x, w, b):
+    y = jnp.einsum("mk,kn->mn", x, w, preferred_element_type=jnp.float32) + b.astype(jnp.float32)
+    return jax.nn.softmax(jax.nn.gelu(y), axis=-1).astype(x.dtype)
+)";
+
+}  // namespace
+
+std::shared_ptr<task> rmsnorm_task() {
+  return recorded_task("rmsnorm_3d", rmsnorm_reference,
+                       {{"x", {4, 256, 512}}, {"weight", {512}}, {"eps", {}, "1e-06"}},
+                       {4, 256, 512});
+}
+
+std::shared_ptr<task> matmul_task() {
+  return recorded_task("matmul_bias_gelu_softmax", matmul_reference,
+                       {{"x", {512, 1024}}, {"w", {1024, 2048}}, {"b", {2048}}}, {512, 2048});
 }
 
 namespace {
@@ -185,13 +218,13 @@ std::optional<nlohmann::json> timed_params(const std::string& source) {
 
 }  // namespace
 
-double modeled_time_us(const std::string& source) {
+double modeled_time_us(const std::string& source, double best_block) {
   auto params = timed_params(source);
   if (!params)
     return 40.0 + static_cast<double>(source.size() % 23);
   double t = 10;
   for (const auto& [k, v] : params->items())
-    t += 3 * std::abs(std::log2(v.get<double>()) - 7);
+    t += 3 * std::abs(std::log2(v.get<double>()) - std::log2(best_block));
   return t;
 }
 
@@ -361,7 +394,9 @@ std::shared_ptr<std::vector<std::vector<std::string>>> supervisor_fixture::spy_o
 }
 
 payload supervisor_fixture::optimize_request(const search_settings& s) {
-  static auto t = rmsnorm_task();
+  static auto rmsnorm = rmsnorm_task();
+  static auto matmul = matmul_task();
+  auto& t = s.task == "matmul" ? matmul : rmsnorm;
   capnp::MallocMessageBuilder msg;
   auto req = msg.initRoot<schema::OptimizeRequest>();
   req.setSchemaVersion(schema::SCHEMA_VERSION);
@@ -378,6 +413,7 @@ payload supervisor_fixture::optimize_request(const search_settings& s) {
   st.setMaxRepairs(s.max_repairs);
   st.setBeamWidth(s.beam);
   st.setBranching(s.branching);
+  st.setDive(s.dive);
   st.setPolicy(s.policy);
   st.setOperatorTimeoutSeconds(s.operator_timeout_s);
   st.setOnTimeout(s.on_timeout);

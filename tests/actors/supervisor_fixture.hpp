@@ -49,6 +49,8 @@ struct task {
   }
 };
 std::shared_ptr<task> rmsnorm_task();
+// matmul_bias_gelu_softmax (512x1024 @ 1024x2048): a template with several blocks.
+std::shared_ptr<task> matmul_task();
 
 // ---- the stand-in TPU node ----------------------------------------------------------------
 
@@ -69,6 +71,8 @@ struct node_book {
   std::map<unsigned, messages::error_code> errors;  // request n (from 1) answered with an error
   std::vector<std::pair<caf::typed_response_promise<payload>, payload>> held;
   size_t max_held = 0;                 // the most answers released at once
+  double best_block = 128;             // the block size its times are lowest at (each
+                                       // halving or doubling away costs the same)
   bool structure = false;              // answers carry a KernelStructure built from
                                        // kernel_params: a change of anything else (a string
                                        // choice, the VMEM limit) makes the same kernel
@@ -81,8 +85,8 @@ struct node_book {
 };
 
 // The modeled time of a kernel: from the `# params:` header of an expert template's source
-// (each block parameter away from 128 costs time), else from the source's length.
-double modeled_time_us(const std::string& source);
+// (each block parameter away from `best_block` costs time), else from the source's length.
+double modeled_time_us(const std::string& source, double best_block = 128);
 // What that time depends on: the numeric params of the header but vmem_limit_bytes (a JSON
 // object dump; the source itself when it has no header).
 std::string kernel_params(const std::string& source);
@@ -148,6 +152,7 @@ messages::planner_actor spawn_planner_spy(
 
 struct search_settings {
   std::string mode = "auto";
+  std::string task = "rmsnorm";    // rmsnorm | matmul
   unsigned budget = 4;
   unsigned beam = 2, branching = 2;
   std::string policy = "beam";
@@ -157,6 +162,7 @@ struct search_settings {
   uint64_t seed = 7;
   std::string graph_path{};
   bool resume = false;
+  bool dive = true;
   bool test_every_candidate = false;
   std::string store_scope{};
   std::string chip = "v6e";
