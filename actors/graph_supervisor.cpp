@@ -37,7 +37,6 @@ struct round_shape {
   std::vector<int> parents;
   unsigned steps = 0;   // the planner's max_steps per parent
   unsigned take = 0;    // children kept per parent
-  bool dive = false;    // one child of the best: an empty one falls back to breadth
 };
 
 // The vertex a dive starts from, or -1. When the last round made the best vertex (it was
@@ -150,10 +149,12 @@ void implement_round(supervisor_self self, std::shared_ptr<const round_shape> sh
     size_t budget = run->round_budget();
     if (children->size() > budget)
       children->resize(budget);
-    if (children->empty() && shape->dive) {
-      // The best had no new move (it is marked exhausted now): a round of breadth instead.
-      report(self, fmt::format("round {}: no new move from the best; breadth instead",
-                               self->state.round));
+    if (children->empty() && shape->parents.front() >= 0) {
+      // Every vertex expanded had no new move and is marked exhausted now: the selection
+      // runs again over the vertices still open (after a dive: a round of breadth). Each
+      // pass closes at least one vertex, so this ends.
+      report(self, fmt::format("round {}: no new move from {} vertex(es); selecting again",
+                               self->state.round, shape->parents.size()));
       return next_round(self);
     }
     if (children->empty())
@@ -169,9 +170,9 @@ void implement_round(supervisor_self self, std::shared_ptr<const round_shape> sh
     self, run, plans[at], taken, shape->take,
     [self, run, shape, plans, at, children, taken](std::vector<implemented_step> found,
                                                   std::vector<std::string>) {
-      auto& parents = shape->parents;
       if (!current(self, run))
         return;
+      auto& parents = shape->parents;
       std::string error;
       if (found.empty() && parents[at] >= 0 &&
           !run->record.mark_exhausted(static_cast<size_t>(parents[at]), error))
@@ -228,7 +229,7 @@ void next_round(supervisor_self self) {
   auto s = run->ctx->settings();
   auto shape = std::make_shared<round_shape>();
   if (int dive = s.getDive() ? dive_parent(record) : -1; dive >= 0) {
-    *shape = {{dive}, one_child_steps, 1, true};
+    *shape = {{dive}, one_child_steps, 1};
     return plan_round(self, std::move(shape),
                       std::make_shared<std::vector<std::shared_ptr<messages::decoded_message>>>());
   }

@@ -518,3 +518,23 @@ TEST_F(GraphSupervisor, AFasterVertexIsFollowedByADive) {
   EXPECT_LT(best_time(r), best_time(w));
   EXPECT_GE(rounds_of(w)[1].size(), 2u);
 }
+
+// A round whose selected vertices all have no new move (each marked exhausted) selects again
+// among the vertices still open: a graph search ends `exhausted` only when every correct
+// vertex is. rmsnorm's one block, fastest whole (1024 rows): the beam of one keeps picking
+// vertices whose moves were all made from others.
+TEST_F(GraphSupervisor, ItEndsExhaustedOnlyWhenEveryVertexIs) {
+  node->best_block = 1024;
+  for (bool dive : {true, false}) {
+    auto o = optimize(spawn(), {.mode = "graph", .budget = 40, .beam = 1, .branching = 2,
+                                .dive = dive});
+    ASSERT_TRUE(o.result) << messages::message_of(o.error);
+    auto r = o.r();
+    ASSERT_EQ(std::string(r.getStopReason().cStr()), "exhausted") << "dive " << dive;
+    for (auto v : r.getVertices()) {
+      if (v.getCorrect()) {
+        EXPECT_TRUE(v.getExhausted()) << "dive " << dive << ": vertex " << v.getIndex();
+      }
+    }
+  }
+}
