@@ -122,6 +122,9 @@ bool search_record::put_all(const std::vector<std::string>& all, std::string& er
       vertices_.push_back(std::move(msg));
       readers_.push_back(v);
     }
+    // Its fingerprint is its own: only a vertex put again is computed again.
+    kernels_.resize(std::max(kernels_.size(), i + 1));
+    kernels_[i].reset();
     if (!rebuild)
       weigh(i);
   }
@@ -138,8 +141,6 @@ void search_record::weigh(size_t i) {
     tried_of_id_.emplace(id.cStr(), i);
   if (v.getState() != schema::VertexState::PENDING)
     ++evaluated_;
-  kernels_.resize(std::max(kernels_.size(), i + 1));
-  kernels_[i].reset();
   if (v.getState() != schema::VertexState::EVALUATED || !v.getCorrect() || v.getTimeUs() <= 0 ||
       !accepted(v))
     return;
@@ -153,7 +154,6 @@ void search_record::weigh(size_t i) {
 void search_record::reindex() {
   first_of_id_.clear();
   tried_of_id_.clear();
-  kernels_.clear();
   best_ = -1;
   evaluated_ = 0;
   for (size_t i = 0; i < vertices_.size(); ++i)
