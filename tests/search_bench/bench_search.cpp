@@ -25,7 +25,8 @@
 // stored results are then recorded under the keys of every variant's requests (computed by
 // tpu_nodes::request_key, as the node computes them: checked on the base kernel's real
 // keys), the default result's modeled time scaled by a fixed pseudo-random factor per
-// variant so that the beam has something to choose. A key the fill missed would reach the
+// variant so that the beam has something to choose, and its structure marked with the
+// variant's number (each stands for a kernel of its own). A key the fill missed would reach the
 // worker: the run counts store misses and fails when there is one.
 //
 // Each search runs with the graph file on disk (a fresh SQLite file, WAL, synchronous FULL,
@@ -106,6 +107,7 @@ struct options {
   // candidate makes 1 + cases evaluations, as before b285840; --lazy-cases: optimize's
   // default (the cases only for a candidate faster than the best, so ~1 per candidate).
   bool lazy_cases = false;
+  bool dive = true;  // --no-dive: breadth every round (optimize --no-dive)
 };
 
 struct fail : std::runtime_error {
@@ -160,6 +162,8 @@ options parse(int argc, char** argv, std::vector<char*>& caf_args) {
       o.repeat = number(*v);
     else if (a == "--lazy-cases")
       o.lazy_cases = true;
+    else if (a == "--no-dive")
+      o.dive = false;
     else if (auto v = value("graph")) {
       o.graphs = split(*v);
       for (const auto& g : o.graphs)
@@ -173,7 +177,7 @@ options parse(int argc, char** argv, std::vector<char*>& caf_args) {
   if (positional.size() != 2)
     throw fail("usage: bench_search SPEC.yaml KERNEL.py [--candidates=N] [--beam=B] "
                "[--branching=K] [--nodes=N] [--graph=disk,memory,none] [--repeat=R] "
-               "[--lazy-cases] [CAF options]");
+               "[--lazy-cases] [--no-dive] [CAF options]");
   o.spec_path = positional[0];
   o.kernel_path = positional[1];
   return o;
@@ -431,8 +435,10 @@ int main(int argc, char** argv) try {
                                  verdict.root<schema::Verdict>().getSummary().cStr()));
       }
 
-      // Every variant's requests, answered by the base kernel's results.
-      uint64_t variants = o.candidates + uint64_t{o.beam} * o.branching;
+      // Every variant's requests, answered by the base kernel's results. The planner hands
+      // out more than the search takes: a round keeps half of what the budget leaves, a
+      // dive one of the steps it asked for.
+      uint64_t variants = 2 * (o.candidates + uint64_t{o.beam} * o.branching);
       t0 = clock_type::now();
       std::string spec_name = spec.getName().cStr();
       for (uint64_t n = 0; n < variants; ++n) {
@@ -447,6 +453,13 @@ int main(int argc, char** argv) try {
           out.setKey(key);
           if (k == 0 && out.getHasProfile())
             out.getProfile().setTimeUs(out.getProfile().getTimeUs() * time_factor(n));
+          // Each variant stands for a kernel of its own (its own time), so its structure is
+          // its own too: with the base's everywhere, graph's one-vertex-per-kernel rule would
+          // close every vertex but the fastest and the search would end early, exhausted.
+          if (k == 0 && out.getHasStructure() && out.getStructure().getPallasCalls().size() > 0) {
+            auto call = out.getStructure().getPallasCalls()[0];
+            call.setName(fmt::format("{} (variant {})", call.getName().cStr(), n));
+          }
           auto bytes = messages::encode(b);
           if (!store->record(tpu_nodes::record_for(key, bytes, out.asReader(), spec_name, o.chip),
                              error))
@@ -485,6 +498,7 @@ int main(int argc, char** argv) try {
         s.setBeamWidth(o.beam);
         s.setBranching(o.branching);
         s.setPolicy("beam");
+        s.setDive(o.dive);
         s.setTestEveryCandidate(!o.lazy_cases);
         req.setReferenceTimeUs(base_time_us);
         std::string graph_path = graph == "disk"     ? (dir / fmt::format("graph-{}.sqlite", index)).string()
