@@ -154,6 +154,9 @@ void search_record::weigh(size_t i) {
 void search_record::reindex() {
   first_of_id_.clear();
   tried_of_id_.clear();
+  // Fingerprints cached so far stay (each is its own vertex's); vertices loaded by open
+  // get a slot.
+  kernels_.resize(vertices_.size());
   best_ = -1;
   evaluated_ = 0;
   for (size_t i = 0; i < vertices_.size(); ++i)
