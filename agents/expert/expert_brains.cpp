@@ -141,7 +141,8 @@ public:
           continue;
         auto diag = entry.getDiagnosis();
         const schema::Diagnosis::Reader* dp = entry.getHasDiagnosis() ? &diag : nullptr;
-        auto moves = playbook_moves(*mt.tmpl, mt.match, parent_params, chip, dp, seen);
+        auto moves = playbook_moves(*mt.tmpl, mt.match, parent_params, chip, dp, seen,
+                                    evidence.findings(tname));
         for (auto& mv : moves) {
           std::string why = mv.rationale;
           // A change that never made a candidate faster in this search goes after the rest.

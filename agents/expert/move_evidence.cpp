@@ -1,5 +1,6 @@
 #include "agents/expert/move_evidence.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -84,8 +85,32 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
     if (sig.empty())
       continue;
     auto child_us = timed(history[i].getResult());
-    add(child.getTemplate().cStr(), sig, child_us && *child_us < *parent_us);
+    bool faster = child_us && *child_us < *parent_us;
+    add(child.getTemplate().cStr(), sig, faster);
+    if (!faster)
+      continue;
+    finding f{child.getTemplate().cStr(), nlohmann::json::object(), child.getId().cStr(),
+              parent.getId().cStr(), *parent_us, *child_us};
+    for (const auto& [k, v] : params[i].items())
+      if (k != kVmemLimitKey && (!params[p->second].contains(k) || params[p->second][k] != v))
+        f.changes[k] = v;
+    if (!f.changes.empty())
+      findings_.push_back(std::move(f));
   }
+  // `latest` is in id order; the history's order is the search's, which ties keep.
+  std::stable_sort(findings_.begin(), findings_.end(), [&](const finding& a, const finding& b) {
+    return latest[a.child_id] < latest[b.child_id];
+  });
+  std::stable_sort(findings_.begin(), findings_.end(),
+                   [](const finding& a, const finding& b) { return a.gain() > b.gain(); });
+}
+
+std::vector<finding> move_evidence::findings(const std::string& template_name) const {
+  std::vector<finding> out;
+  for (const auto& f : findings_)
+    if (f.template_name == template_name)
+      out.push_back(f);
+  return out;
 }
 
 void move_evidence::add(const std::string& template_name, const std::string& signature,

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace maxkernel::agents::expert {
 
@@ -36,6 +37,18 @@ struct move_record {
 // A change tried this many times and never faster is offered after the others.
 inline constexpr unsigned kHurtAfter = 2;
 
+// A change that made a candidate of the search faster than its parent: the values it set
+// (absolute, the VMEM limit left out), to be tried on other candidates of the template. The
+// graph search's branches find such changes from different parents; applied to another
+// branch's best they give kernels no single move reaches (docs/agents.md, `mergeFinding`).
+struct finding {
+  std::string template_name;
+  nlohmann::json changes;   // name -> the child's value, for each param that changed
+  std::string child_id, parent_id;
+  double parent_us = 0, child_us = 0;
+  double gain() const { return parent_us > 0 ? 1.0 - child_us / parent_us : 0; }
+};
+
 class move_evidence {
 public:
   move_evidence() = default;
@@ -47,9 +60,12 @@ public:
   move_record of(const std::string& template_name, const std::string& signature) const;
   // Tried at least kHurtAfter times, never faster.
   bool keeps_hurting(const std::string& template_name, const std::string& signature) const;
+  // The history's findings of one template, largest gain first (ties: history order).
+  std::vector<finding> findings(const std::string& template_name) const;
 
 private:
   std::map<std::string, move_record> records_;
+  std::vector<finding> findings_;
 };
 
 }  // namespace maxkernel::agents::expert

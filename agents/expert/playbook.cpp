@@ -3,6 +3,7 @@
 #include "agents/expert/block_size.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,9 @@ constexpr const char* kVmemLimit = "vmem_limit_bytes";
 constexpr double kMiB = 1024.0 * 1024.0;
 // Share of the core's VMEM a kernel may claim (Mosaic keeps some for itself).
 constexpr double kVmemUsable = 0.9;
+// mergeFinding's rank: below the diagnosis's suggestions (10 and down, one per suggestion),
+// above exploration (1 and down); the finding's gain orders the merges.
+constexpr double kMergeScore = 5.0;
 // A grid axis's dimension semantics (`dimension_semantics`, or one axis's `row_semantics`,
 // `n_semantics`, ...): they only decide how a megacore device splits the grid across its
 // TensorCores.
@@ -208,6 +212,31 @@ struct builder {
     }
   }
 
+  // Each finding's values on this candidate: a change measured faster elsewhere in the
+  // search (another branch, or an earlier step of this one) is a better bet than a blind
+  // step, and on coupled blocks it reaches kernels two or more moves away.
+  void merges(const std::vector<finding>& findings, double score) {
+    for (const auto& f : findings) {
+      nlohmann::json child = parent;
+      std::vector<std::string> parts;
+      for (const auto& [k, v] : f.changes.items()) {
+        if (!exposes(ts, k) || (parent.contains(k) && parent[k] == v))
+          continue;
+        parts.push_back(fmt::format("{} {} -> {}", k,
+                                    parent.contains(k) ? parent[k].dump() : "default", v.dump()));
+        child[k] = v;
+      }
+      if (parts.empty())
+        continue;
+      offer("mergeFinding", std::move(child),
+            fmt::format("merge: {} made candidate {} {:.1f}% faster than its parent {} "
+                        "({:.1f} -> {:.1f} us); the same values here",
+                        f.changes.dump(), f.child_id.substr(0, 8), 100 * f.gain(),
+                        f.parent_id.substr(0, 8), f.parent_us, f.child_us),
+            fmt::format("{}", fmt::join(parts, ", ")), score + std::clamp(f.gain(), 0.0, 0.99));
+    }
+  }
+
   void exploration(double score) {
     // Blocks one step up and down, then every other value of each choice.
     for (const auto& tu : ts)
@@ -282,13 +311,15 @@ bool fit_vmem(const kernel_template& t, const template_match& m, nlohmann::json&
 std::vector<move> playbook_moves(const kernel_template& t, const template_match& m,
                                  const nlohmann::json& params, const config::chip& chip,
                                  const schema::Diagnosis::Reader* diagnosis,
-                                 const std::set<std::string>& seen) {
+                                 const std::set<std::string>& seen,
+                                 const std::vector<finding>& findings) {
   builder b{t, m, params, chip, seen, t.tunables(m), {}, {}};
   if (diagnosis) {
     auto suggestions = diagnosis->getSuggestions();
     for (unsigned i = 0; i < suggestions.size(); ++i)
       b.from_suggestion(suggestions[i], 10.0 - i);
   }
+  b.merges(findings, kMergeScore);
   b.exploration(1.0);
   std::stable_sort(b.out.begin(), b.out.end(),
                    [](const move& a, const move& c) { return a.score > c.score; });

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "agents/expert/kernel_template.hpp"
+#include "agents/expert/move_evidence.hpp"
 #include "maxkernel/schema/agent.capnp.h"
 
 #include <set>
@@ -39,10 +40,13 @@ bool fit_vmem(const kernel_template& t, const template_match& m, nlohmann::json&
               const config::chip& chip);
 
 // Moves from `params`, best first; `diagnosis` may be null (no profile yet). `seen` holds
-// params_key of kernels already tried (they are not offered again).
+// params_key of kernels already tried (they are not offered again). `findings` (the search's
+// changes that made a candidate faster, largest gain first) become `mergeFinding` moves,
+// ranked after the diagnosis's suggestions and before exploration.
 std::vector<move> playbook_moves(const kernel_template& t, const template_match& m,
                                  const nlohmann::json& params, const config::chip& chip,
                                  const schema::Diagnosis::Reader* diagnosis,
-                                 const std::set<std::string>& seen);
+                                 const std::set<std::string>& seen,
+                                 const std::vector<finding>& findings = {});
 
 }  // namespace maxkernel::agents::expert

@@ -13,6 +13,7 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 using namespace maxkernel;
@@ -67,7 +68,134 @@ void first_candidate(planner_fixture& f, Put put) {
   put(reply.getCandidate().asReader());
 }
 
+// A search's history as the planner reads it: each candidate of the scale template with its
+// parent and its (correct) time.
+struct history_node {
+  const char* id;
+  const char* parent;
+  nlohmann::json params;
+  double us;
+};
+
+nlohmann::json with(nlohmann::json p, const char* k, nlohmann::json v) {
+  p[k] = std::move(v);
+  return p;
+}
+
+void set_history(planner_fixture& f, const std::vector<history_node>& nodes) {
+  auto history = f.req.initHistory(static_cast<unsigned>(nodes.size()));
+  for (unsigned i = 0; i < nodes.size(); ++i) {
+    auto c = history[i].initCandidate();
+    c.setId(nodes[i].id);
+    c.setParentId(nodes[i].parent);
+    c.setTemplate("scale");
+    auto list = c.initParams(static_cast<unsigned>(nodes[i].params.size()));
+    unsigned k = 0;
+    for (const auto& [name, v] : nodes[i].params.items()) {
+      list[k].setName(name);
+      list[k].setValue(v.dump());
+      ++k;
+    }
+    auto r = history[i].initResult();
+    r.setCorrect(true);
+    r.setHasProfile(true);
+    r.getProfile().setTimeUs(nodes[i].us);
+  }
+}
+
+// The plan's steps as "move name=value ...", with " (hurt)" where the rationale says the
+// change kept hurting; every step must be from `parent`.
+std::vector<std::string> plan_steps(planner_fixture& f, const char* parent) {
+  f.req.setMaxSteps(8);
+  capnp::MallocMessageBuilder pm;
+  auto plan = pm.initRoot<schema::Plan>();
+  EXPECT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
+  std::vector<std::string> moves;
+  for (auto s : plan.getSteps()) {
+    EXPECT_EQ(std::string(s.getParentId().cStr()), parent);
+    std::string m = s.getMove().cStr();
+    for (auto ch : s.getChanges())
+      m += std::string(" ") + ch.getName().cStr() + "=" + ch.getValue().cStr();
+    if (std::string(s.getRationale().cStr()).find("never made a candidate faster") !=
+        std::string::npos)
+      m += " (hurt)";
+    moves.push_back(m);
+  }
+  return moves;
+}
+
+nlohmann::json first_params(planner_fixture& f) {
+  capnp::MallocMessageBuilder cm;
+  first_candidate(f, [&](schema::Candidate::Reader c) { cm.setRoot(c); });
+  return params_of(cm.getRoot<schema::Candidate>());
+}
+
 }  // namespace
+
+// A change tried twice from the search's candidates and slower both times is offered after
+// the moves not known to hurt; tried once, it keeps its place.
+TEST(ExpertPlanner, AChangeThatKeepsHurtingIsOfferedLast) {
+  auto plan_from = [](bool hurt_twice) {
+    planner_fixture f("mul");
+    auto root = first_params(f);
+    auto c2 = with(root, "block_rows", 128);
+    set_history(f, {
+        {"r", "", root, 100},
+        {"c1", "r", with(root, "block_cols", 1024), 120},  // cols+: slower
+        {"c2", "r", c2, 90},                              // rows-: faster
+        {"c3", "c2", with(c2, "block_cols", 1024), hurt_twice ? 95.0 : 85.0},
+        {"c4", "c2", with(c2, "grid_order", "cols"), 80},  // the best
+    });
+    return plan_steps(f, "c4");
+  };
+  auto hurt = plan_from(true);
+  ASSERT_GE(hurt.size(), 3u);
+  EXPECT_EQ(hurt.back(), "growBlock block_cols=1024 (hurt)");
+  for (size_t i = 0; i + 1 < hurt.size(); ++i)
+    EXPECT_EQ(hurt[i].find("(hurt)"), std::string::npos) << hurt[i];
+  // With c3 faster than its parent, block_cols+ helped once: no move carries the mark, and
+  // it is offered first, as a merge of c3's finding (block_cols 1024) into c4.
+  auto helped = plan_from(false);
+  for (const auto& m : helped)
+    EXPECT_EQ(m.find("(hurt)"), std::string::npos) << m;
+  ASSERT_GE(helped.size(), 2u);
+  EXPECT_EQ(helped[0], "mergeFinding block_cols=1024");
+}
+
+// A change that made one branch faster is offered on another branch's candidate, with the
+// values it set, before the blind exploration; the largest gain first; none for a change
+// that was slower, or that the candidate already has.
+TEST(ExpertPlanner, AChangeFasterOnOneBranchIsMergedIntoAnother) {
+  planner_fixture f("mul");
+  auto root = first_params(f);
+  auto a = with(root, "block_rows", 128);
+  auto b = with(root, "grid_order", "cols");
+  auto b2 = with(b, "block_cols", 1024);
+  set_history(f, {
+      {"r", "", root, 100},
+      {"a", "r", a, 90},                                  // rows 128: 10% faster
+      {"b", "r", b, 80},                                  // grid_order cols: 20% faster
+      {"b2", "b", b2, 78},                                // cols 1024 from b: 2.5% faster
+      {"b3", "b", with(b, "block_rows", 64), 85},         // rows 64 from b: slower
+  });
+  f.req.setParentId("a");
+  auto steps = plan_steps(f, "a");
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_EQ(steps[0], "mergeFinding grid_order=\"cols\"");
+  EXPECT_EQ(steps[1], "mergeFinding block_cols=1024");
+  for (size_t i = 2; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].find("mergeFinding"), std::string::npos) << steps[i];
+  }
+  // From b2, which has both of b's findings already, only a's is new.
+  f.req.setParentId("b2");
+  auto from_b2 = plan_steps(f, "b2");
+  ASSERT_GE(from_b2.size(), 1u);
+  EXPECT_EQ(from_b2[0], "mergeFinding block_rows=128");
+  EXPECT_EQ(std::count_if(from_b2.begin(), from_b2.end(),
+                          [](const std::string& m) { return m.rfind("mergeFinding", 0) == 0; }),
+            1);
+}
+
 
 TEST(ExpertPlanner, FirstStepInstantiatesTheMatchingTemplate) {
   planner_fixture f("mul");
@@ -151,80 +279,6 @@ TEST(MoveEvidence, SignaturesNameTheChangedParametersAndTheirDirection) {
 
 // A change tried twice from the search's candidates and slower both times is offered after
 // the moves not known to hurt; tried once, it keeps its place.
-TEST(ExpertPlanner, AChangeThatKeepsHurtingIsOfferedLast) {
-  auto plan_from = [](bool hurt_twice) {
-    planner_fixture f("mul");
-    capnp::MallocMessageBuilder cm;
-    first_candidate(f, [&](schema::Candidate::Reader c) { cm.setRoot(c); });
-    auto root = params_of(cm.getRoot<schema::Candidate>());
-    struct node {
-      const char* id;
-      const char* parent;
-      nlohmann::json params;
-      double us;
-    };
-    auto with = [](nlohmann::json p, const char* k, nlohmann::json v) {
-      p[k] = std::move(v);
-      return p;
-    };
-    auto c2 = with(root, "block_rows", 128);
-    std::vector<node> nodes = {
-        {"r", "", root, 100},
-        {"c1", "r", with(root, "block_cols", 1024), 120},  // cols+: slower
-        {"c2", "r", c2, 90},                              // rows-: faster
-        {"c3", "c2", with(c2, "block_cols", 1024), hurt_twice ? 95.0 : 85.0},
-        {"c4", "c2", with(c2, "grid_order", "cols"), 80},  // the best
-    };
-    auto history = f.req.initHistory(static_cast<unsigned>(nodes.size()));
-    for (unsigned i = 0; i < nodes.size(); ++i) {
-      auto c = history[i].initCandidate();
-      c.setId(nodes[i].id);
-      c.setParentId(nodes[i].parent);
-      c.setTemplate("scale");
-      auto list = c.initParams(static_cast<unsigned>(nodes[i].params.size()));
-      unsigned k = 0;
-      for (const auto& [name, v] : nodes[i].params.items()) {
-        list[k].setName(name);
-        list[k].setValue(v.dump());
-        ++k;
-      }
-      auto r = history[i].initResult();
-      r.setCorrect(true);
-      r.setHasProfile(true);
-      r.getProfile().setTimeUs(nodes[i].us);
-    }
-    f.req.setMaxSteps(8);
-    capnp::MallocMessageBuilder pm;
-    auto plan = pm.initRoot<schema::Plan>();
-    EXPECT_TRUE(ex::make_expert_planner(templates())->plan(f.req.asReader(), plan).ok());
-    std::vector<std::string> moves;
-    for (auto s : plan.getSteps()) {
-      EXPECT_EQ(std::string(s.getParentId().cStr()), "c4");
-      std::string m = s.getMove().cStr();
-      for (auto ch : s.getChanges())
-        m += std::string(" ") + ch.getName().cStr() + "=" + ch.getValue().cStr();
-      if (std::string(s.getRationale().cStr()).find("never made a candidate faster") !=
-          std::string::npos)
-        m += " (hurt)";
-      moves.push_back(m);
-    }
-    return moves;
-  };
-  auto hurt = plan_from(true);
-  ASSERT_GE(hurt.size(), 3u);
-  EXPECT_EQ(hurt.back(), "growBlock block_cols=1024 (hurt)");
-  for (size_t i = 0; i + 1 < hurt.size(); ++i)
-    EXPECT_EQ(hurt[i].find("(hurt)"), std::string::npos) << hurt[i];
-  // With c3 faster than its parent, block_cols+ helped once: no move carries the mark, and
-  // it is among the first two (the playbook's exploration order).
-  auto helped = plan_from(false);
-  for (const auto& m : helped)
-    EXPECT_EQ(m.find("(hurt)"), std::string::npos) << m;
-  ASSERT_GE(helped.size(), 2u);
-  EXPECT_TRUE(helped[0] == "growBlock block_cols=1024" || helped[1] == "growBlock block_cols=1024")
-      << helped[0] << " / " << helped[1];
-}
-
 TEST(Playbook, AtLeastThreeDistinctValidChildren) {
   planner_fixture f("mul");
   ex::graph_view g(f.req.getAnalysis().asReader());
