@@ -89,11 +89,15 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
     add(child.getTemplate().cStr(), sig, faster);
     if (!faster)
       continue;
-    finding f{child.getTemplate().cStr(), nlohmann::json::object(), child.getId().cStr(),
-              parent.getId().cStr(), *parent_us, *child_us};
+    finding f{child.getTemplate().cStr(), nlohmann::json::object(), nlohmann::json::object(),
+              child.getId().cStr(), parent.getId().cStr(), *parent_us, *child_us};
+    const auto& from = params[p->second];
     for (const auto& [k, v] : params[i].items())
-      if (k != kVmemLimitKey && (!params[p->second].contains(k) || params[p->second][k] != v))
+      if (k != kVmemLimitKey && (!from.contains(k) || from[k] != v)) {
         f.changes[k] = v;
+        if (from.contains(k))
+          f.before[k] = from[k];
+      }
     if (!f.changes.empty())
       findings_.push_back(std::move(f));
   }

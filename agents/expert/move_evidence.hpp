@@ -44,6 +44,7 @@ inline constexpr unsigned kHurtAfter = 2;
 struct finding {
   std::string template_name;
   nlohmann::json changes;   // name -> the child's value, for each param that changed
+  nlohmann::json before;    // name -> the parent's value (absent: the template's default)
   std::string child_id, parent_id;
   double parent_us = 0, child_us = 0;
   double gain() const { return parent_us > 0 ? 1.0 - child_us / parent_us : 0; }

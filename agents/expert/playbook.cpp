@@ -222,6 +222,13 @@ struct builder {
       for (const auto& [k, v] : f.changes.items()) {
         if (!exposes(ts, k) || (parent.contains(k) && parent[k] == v))
           continue;
+        // A number goes the way the finding moved it, never back: a candidate past the
+        // finding's value (block_m 64 where the finding shrank it 512 -> 256) keeps its own.
+        if (v.is_number() && f.before.contains(k) && f.before[k].is_number() &&
+            parent.contains(k) && parent[k].is_number() &&
+            (v.get<double>() < f.before[k].get<double>()) !=
+                (v.get<double>() < parent[k].get<double>()))
+          continue;
         parts.push_back(fmt::format("{} {} -> {}", k,
                                     parent.contains(k) ? parent[k].dump() : "default", v.dump()));
         child[k] = v;

@@ -10,6 +10,7 @@
 #include "tests/actors/supervisor_fixture.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -537,4 +538,64 @@ TEST_F(GraphSupervisor, ItEndsExhaustedOnlyWhenEveryVertexIs) {
       }
     }
   }
+}
+
+// A change measured faster on one branch is tried on another branch's vertex with the values
+// it set (the planner's mergeFinding): with the stand-in's separable times (each block away
+// from 16 costs alike), block_k shrunk from vertex 1 and block_m shrunk from vertex 1 are two
+// siblings; their merge is faster than both, a kernel no single move from either reaches.
+TEST_F(GraphSupervisor, AChangeFoundOnOneBranchIsMergedIntoAnother) {
+  node->best_block = 16;
+  auto o = optimize(spawn(), {.mode = "graph", .task = "matmul", .budget = 16, .beam = 2,
+                              .branching = 3});
+  ASSERT_TRUE(o.result) << messages::message_of(o.error);
+  auto vs = o.r().getVertices();
+  auto params = [&](unsigned i) {
+    nlohmann::json p = nlohmann::json::object();
+    for (auto x : vs[i].getCandidate().getParams())
+      if (std::string(x.getName().cStr()) != "vmem_limit_bytes")
+        p[x.getName().cStr()] = nlohmann::json::parse(x.getValue().cStr());
+    return p;
+  };
+  auto ancestor = [&](int a, int v) {
+    for (; v >= 0; v = vs[static_cast<unsigned>(v)].getParent())
+      if (v == a)
+        return true;
+    return false;
+  };
+  unsigned merges = 0, across = 0, faster = 0;
+  for (unsigned m = 0; m < vs.size(); ++m) {
+    if (std::string(vs[m].getCandidate().getStrategy().cStr()).rfind("mergeFinding", 0) != 0)
+      continue;
+    ++merges;
+    int parent = vs[m].getParent();
+    ASSERT_GE(parent, 0);
+    auto mine = params(m), from = params(static_cast<unsigned>(parent));
+    // The donor: an earlier vertex faster than its parent whose change is the merge's.
+    for (unsigned d = 0; d < m; ++d) {
+      int dp = vs[d].getParent();
+      if (dp < 0 || !vs[d].getCorrect() || vs[d].getTimeUs() >= vs[static_cast<unsigned>(dp)].getTimeUs())
+        continue;
+      auto dv = params(d), dpv = params(static_cast<unsigned>(dp));
+      bool same = true, any = false;
+      for (auto& [k, v] : dv.items())
+        if (dpv[k] != v) {
+          any = true;
+          same = same && mine[k] == v && from[k] != v;
+        }
+      for (auto& [k, v] : mine.items())
+        if (from[k] != v)
+          same = same && dv[k] == v && dpv[k] != v;
+      if (!any || !same || ancestor(static_cast<int>(d), parent))
+        continue;
+      ++across;
+      if (vs[m].getTimeUs() < vs[static_cast<unsigned>(parent)].getTimeUs() &&
+          vs[m].getTimeUs() < vs[d].getTimeUs())
+        ++faster;
+      break;
+    }
+  }
+  EXPECT_GE(merges, 1u);
+  EXPECT_GE(across, 1u);
+  EXPECT_GE(faster, 1u);
 }
