@@ -99,7 +99,9 @@ public:
       return {};
     }
     // What was tried, and the best correct candidate to move from.
-    std::set<std::string> seen, tried_templates;
+    search_so_far known;
+    auto& seen = known.seen;
+    std::set<std::string> tried_templates;
     int best = -1;
     double best_us = 0;
     auto history = req.getHistory();
@@ -109,8 +111,11 @@ public:
       if (c.getTemplate().size() == 0)
         continue;
       tried_templates.insert(c.getTemplate().cStr());
-      seen.insert(params_key(c.getTemplate().cStr(), candidate_params(c)));
+      auto key = params_key(c.getTemplate().cStr(), candidate_params(c));
+      seen.insert(key);
       auto r = history[i].getResult();
+      if (r.getCorrect() && r.getHasProfile() && r.getProfile().getTimeUs() > 0)
+        known.timed[key] = r.getProfile().getTimeUs();
       if (!expand.empty()) {
         // The graph search names the vertex to expand (the last entry of that id: a
         // candidate evaluated twice keeps its latest result).
@@ -136,13 +141,14 @@ public:
       std::string tname = parent.getTemplate().cStr();
       move_evidence evidence(history);
       auto parent_params = candidate_params(parent);
+      known.parent_us = entry.getResult().getProfile().getTimeUs();
+      known.findings = evidence.findings(tname);
       for (const auto& mt : matches) {
         if (mt.tmpl->name() != tname)
           continue;
         auto diag = entry.getDiagnosis();
         const schema::Diagnosis::Reader* dp = entry.getHasDiagnosis() ? &diag : nullptr;
-        auto moves = playbook_moves(*mt.tmpl, mt.match, parent_params, chip, dp, seen,
-                                    evidence.findings(tname));
+        auto moves = playbook_moves(*mt.tmpl, mt.match, parent_params, chip, dp, known);
         for (auto& mv : moves) {
           std::string why = mv.rationale;
           // A change that never made a candidate faster in this search goes after the rest.

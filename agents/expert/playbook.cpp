@@ -18,6 +18,8 @@ constexpr double kVmemUsable = 0.9;
 // mergeFinding's rank: below the diagnosis's suggestions (10 and down, one per suggestion),
 // above exploration (1 and down); the finding's gain orders the merges.
 constexpr double kMergeScore = 5.0;
+// Two times this close (relative) are one: a block step that changed nothing the model prices.
+constexpr double kPlateau = 1e-4;
 // A grid axis's dimension semantics (`dimension_semantics`, or one axis's `row_semantics`,
 // `n_semantics`, ...): they only decide how a megacore device splits the grid across its
 // TensorCores.
@@ -47,7 +49,7 @@ struct builder {
   const template_match& m;
   const nlohmann::json& parent;
   const config::chip& chip;
-  const std::set<std::string>& seen;
+  const search_so_far& known;
   std::vector<tunable> ts;
   std::vector<move> out;
   std::set<std::string> offered;
@@ -66,8 +68,8 @@ struct builder {
     if (!fit_vmem(t, m, child, chip))
       return;
     auto key = effective_key(child);
-    if (key == effective_key(parent) || seen.count(params_key(t.name(), child)) ||
-        seen.count(key) || offered.count(key))
+    if (key == effective_key(parent) || known.seen.count(params_key(t.name(), child)) ||
+        known.seen.count(key) || offered.count(key))
       return;
     offered.insert(key);
     nlohmann::json changes = nlohmann::json::object();
@@ -88,9 +90,9 @@ struct builder {
     return nullptr;
   }
 
-  void resize(const tunable& tu, double factor, const std::string& name, std::string why,
-              double score) {
-    int64_t now = effective(parent, tu);
+  // The block one step from `now` by `factor`: the next legal size up, or the size down
+  // (at least the alignment); the value to set, which may equal `now` in effect.
+  int64_t step_from(const tunable& tu, int64_t now, double factor) const {
     int64_t want = static_cast<int64_t>(std::llround(now * factor));
     if (factor > 1) {
       // The next legal size up: the smallest effective block above the current one.
@@ -100,15 +102,47 @@ struct builder {
         want += tu.align;
         e = effective_block(tu.extent, tu.align, want);
       }
-      want = std::min(want, tu.extent);
-    } else {
-      want = std::max<int64_t>(want, tu.align);
+      return std::min(want, tu.extent);
     }
+    return std::max<int64_t>(want, tu.align);
+  }
+
+  // The time of a kernel tried and correct; 0 when none is known.
+  double timed_us(const nlohmann::json& p) const {
+    for (const auto& key : {params_key(t.name(), p), effective_key(p)})
+      if (auto it = known.timed.find(key); it != known.timed.end())
+        return it->second;
+    return 0;
+  }
+
+  void resize(const tunable& tu, double factor, const std::string& name, std::string why,
+              double score) {
+    int64_t now = effective(parent, tu);
     nlohmann::json child = parent;
-    child[tu.name] = want;
+    child[tu.name] = step_from(tu, now, factor);
     int64_t after = effective(child, tu);
+    // A plateau: the step was tried and timed as the parent (the model's cost moves in
+    // steps: block_s0 2 and 4 no faster than 1, 8 faster). Its own children are not opened
+    // (docs/search-graph.md, one vertex per kernel), so the step is taken further from here.
+    std::vector<int64_t> flat;
+    while (after != now && known.parent_us > 0 && flat.size() < 8) {
+      double us = timed_us(child);
+      if (us <= 0 || std::abs(us - known.parent_us) > kPlateau * known.parent_us)
+        break;
+      flat.push_back(after);
+      int64_t next = step_from(tu, after, factor);
+      nlohmann::json further = child;
+      further[tu.name] = next;
+      if (effective(further, tu) == after)
+        break;
+      child = std::move(further);
+      after = effective(child, tu);
+    }
     if (after == now)
       return;
+    if (!flat.empty())
+      why += fmt::format(" ({} {} tried and timed as {}: a plateau, one step further)", tu.name,
+                         fmt::join(flat, ", "), now);
     auto effect = fmt::format("{} {} -> {} ({}: {} -> {} blocks)", tu.name, now, after,
                               tu.meaning.empty() ? "steps" : tu.meaning,
                               (tu.extent + now - 1) / now, (tu.extent + after - 1) / after);
@@ -318,15 +352,14 @@ bool fit_vmem(const kernel_template& t, const template_match& m, nlohmann::json&
 std::vector<move> playbook_moves(const kernel_template& t, const template_match& m,
                                  const nlohmann::json& params, const config::chip& chip,
                                  const schema::Diagnosis::Reader* diagnosis,
-                                 const std::set<std::string>& seen,
-                                 const std::vector<finding>& findings) {
-  builder b{t, m, params, chip, seen, t.tunables(m), {}, {}};
+                                 const search_so_far& known) {
+  builder b{t, m, params, chip, known, t.tunables(m), {}, {}};
   if (diagnosis) {
     auto suggestions = diagnosis->getSuggestions();
     for (unsigned i = 0; i < suggestions.size(); ++i)
       b.from_suggestion(suggestions[i], 10.0 - i);
   }
-  b.merges(findings, kMergeScore);
+  b.merges(known.findings, kMergeScore);
   b.exploration(1.0);
   std::stable_sort(b.out.begin(), b.out.end(),
                    [](const move& a, const move& c) { return a.score > c.score; });

@@ -12,6 +12,7 @@
 #include "agents/expert/move_evidence.hpp"
 #include "maxkernel/schema/agent.capnp.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,14 +40,22 @@ int64_t vmem_limit(const nlohmann::json& params, const config::chip& chip);
 bool fit_vmem(const kernel_template& t, const template_match& m, nlohmann::json& params,
               const config::chip& chip);
 
-// Moves from `params`, best first; `diagnosis` may be null (no profile yet). `seen` holds
-// params_key of kernels already tried (they are not offered again). `findings` (the search's
-// changes that made a candidate faster, largest gain first) become `mergeFinding` moves,
-// ranked after the diagnosis's suggestions and before exploration.
+// What the search knows when a candidate is expanded.
+struct search_so_far {
+  std::set<std::string> seen;          // params_key of every kernel tried (not offered again)
+  std::map<std::string, double> timed; // params_key -> time (us) of the correct ones
+  double parent_us = 0;                // the expanded candidate's time; 0: not known
+  std::vector<finding> findings;       // changes that made a candidate faster, largest gain
+                                       // first: `mergeFinding` moves
+};
+
+// Moves from `params`, best first; `diagnosis` may be null (no profile yet). Findings are
+// ranked after the diagnosis's suggestions and before exploration. A block step whose kernel
+// was tried and timed like the parent (a plateau: block_s0 2 no faster than 1) is taken one
+// step further in the same direction instead of being dropped.
 std::vector<move> playbook_moves(const kernel_template& t, const template_match& m,
                                  const nlohmann::json& params, const config::chip& chip,
                                  const schema::Diagnosis::Reader* diagnosis,
-                                 const std::set<std::string>& seen,
-                                 const std::vector<finding>& findings = {});
+                                 const search_so_far& known = {});
 
 }  // namespace maxkernel::agents::expert

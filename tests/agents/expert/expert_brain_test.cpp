@@ -303,10 +303,44 @@ TEST(Playbook, AtLeastThreeDistinctValidChildren) {
   for (const auto& mv : moves)
     seen.insert(ex::params_key("scale", mv.params));
   // With every near child tried, the playbook jumps further (blocks x4 and /4), never back.
-  for (const auto& mv : ex::playbook_moves(t, m, parent, chip, nullptr, seen)) {
+  for (const auto& mv : ex::playbook_moves(t, m, parent, chip, nullptr, ex::search_so_far{seen})) {
     EXPECT_EQ(seen.count(ex::params_key("scale", mv.params)), 0u) << mv.params.dump();
     EXPECT_NE(mv.params, parent);
   }
+}
+
+// A block step tried and timed exactly as its parent (the model prices block_rows 256 and 512
+// alike) is a plateau: the playbook offers the step after it (1024) rather than nothing; a
+// step that was slower or faster, or not timed, is not walked past.
+TEST(Playbook, APlateauIsWalkedOneStepFurther) {
+  planner_fixture f("mul", 4096, 2048);
+  ex::graph_view g(f.req.getAnalysis().asReader());
+  tests::scale_template t;
+  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto chip = v5e();
+  nlohmann::json parent = {{"block_rows", 256}, {"block_cols", 512}, {"grid_order", "rows"}};
+  auto rows_grown = [&](double tried_us) {
+    ex::search_so_far known;
+    known.parent_us = 100;
+    auto tried = with(parent, "block_rows", 512);
+    known.seen.insert(ex::params_key("scale", tried));
+    if (tried_us > 0)
+      known.timed[ex::params_key("scale", tried)] = tried_us;
+    std::vector<int64_t> out;
+    for (const auto& mv : ex::playbook_moves(t, m, parent, chip, nullptr, known))
+      if (mv.name == "growBlock" && mv.changes.contains("block_rows")) {
+        out.push_back(mv.changes["block_rows"].get<int64_t>());
+        if (out.back() == 1024)
+          EXPECT_NE(mv.rationale.find("plateau"), std::string::npos) << mv.rationale;
+      }
+    return out;
+  };
+  EXPECT_EQ(rows_grown(100.0), std::vector<int64_t>{1024});
+  // Slower, faster or failed: the step was a step; growing rows is not offered again (the
+  // x4 jump only comes in a small space, which this is not).
+  EXPECT_EQ(rows_grown(120.0), std::vector<int64_t>{});
+  EXPECT_EQ(rows_grown(80.0), std::vector<int64_t>{});
+  EXPECT_EQ(rows_grown(0), std::vector<int64_t>{});
 }
 
 TEST(Playbook, GrowingPastTheScopedLimitRaisesItWithinTheCore) {
