@@ -124,6 +124,12 @@ std::vector<std::string> plan_steps(planner_fixture& f, const char* parent) {
   return moves;
 }
 
+// The scale template's match of the fixture's reference.
+ex::template_match scale_match(planner_fixture& f, const tests::scale_template& t) {
+  ex::graph_view g(f.req.getAnalysis().asReader());
+  return *t.match(g, f.req.getSpec().asReader());
+}
+
 nlohmann::json first_params(planner_fixture& f) {
   capnp::MallocMessageBuilder cm;
   first_candidate(f, [&](schema::Candidate::Reader c) { cm.setRoot(c); });
@@ -281,9 +287,8 @@ TEST(MoveEvidence, SignaturesNameTheChangedParametersAndTheirDirection) {
 // the moves not known to hurt; tried once, it keeps its place.
 TEST(Playbook, AtLeastThreeDistinctValidChildren) {
   planner_fixture f("mul");
-  ex::graph_view g(f.req.getAnalysis().asReader());
   tests::scale_template t;
-  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto m = scale_match(f, t);
   auto chip = v5e();
   auto parent = t.initial_params(m, chip);
   auto moves = ex::playbook_moves(t, m, parent, chip, nullptr, {});
@@ -314,9 +319,8 @@ TEST(Playbook, AtLeastThreeDistinctValidChildren) {
 // step that was slower or faster, or not timed, is not walked past.
 TEST(Playbook, APlateauIsWalkedOneStepFurther) {
   planner_fixture f("mul", 4096, 2048);
-  ex::graph_view g(f.req.getAnalysis().asReader());
   tests::scale_template t;
-  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto m = scale_match(f, t);
   auto chip = v5e();
   nlohmann::json parent = {{"block_rows", 256}, {"block_cols", 512}, {"grid_order", "rows"}};
   auto rows_grown = [&](double tried_us) {
@@ -345,9 +349,8 @@ TEST(Playbook, APlateauIsWalkedOneStepFurther) {
 
 TEST(Playbook, GrowingPastTheScopedLimitRaisesItWithinTheCore) {
   planner_fixture f("mul", 8192, 8192);
-  ex::graph_view g(f.req.getAnalysis().asReader());
   tests::scale_template t;
-  auto m = *t.match(g, f.req.getSpec().asReader());
+  auto m = scale_match(f, t);
   auto chip = v5e();
   // 2048 x 4096 f32 blocks, double-buffered in and out: 128 MiB, beyond any core.
   nlohmann::json big = {{"block_rows", 2048}, {"block_cols", 4096}, {"grid_order", "rows"}};
