@@ -69,7 +69,8 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
   std::map<unsigned, nlohmann::json> params;
   for (const auto& [id, i] : latest)
     params[i] = candidate_params(history[i].getCandidate());
-  for (const auto& [id, i] : latest) {
+  // In history order (the keys of `params`), so that findings of equal gain keep the search's.
+  for (const auto& [i, child_params] : params) {
     auto child = history[i].getCandidate();
     auto p = latest.find(child.getParentId().cStr());
     if (child.getParentId().size() == 0 || p == latest.end())
@@ -81,7 +82,8 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
     auto parent_us = timed(history[p->second].getResult());
     if (!parent_us)
       continue;
-    auto sig = move_signature(params[p->second], params[i]);
+    const auto& from = params.at(p->second);
+    auto sig = move_signature(from, child_params);
     if (sig.empty())
       continue;
     auto child_us = timed(history[i].getResult());
@@ -91,8 +93,7 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
       continue;
     finding f{child.getTemplate().cStr(), nlohmann::json::object(), nlohmann::json::object(),
               child.getId().cStr(), parent.getId().cStr(), *parent_us, *child_us};
-    const auto& from = params[p->second];
-    for (const auto& [k, v] : params[i].items())
+    for (const auto& [k, v] : child_params.items())
       if (k != kVmemLimitKey && (!from.contains(k) || from[k] != v)) {
         f.changes[k] = v;
         if (from.contains(k))
@@ -101,10 +102,6 @@ move_evidence::move_evidence(capnp::List<schema::HistoryEntry>::Reader history) 
     if (!f.changes.empty())
       findings_.push_back(std::move(f));
   }
-  // `latest` is in id order; the history's order is the search's, which ties keep.
-  std::stable_sort(findings_.begin(), findings_.end(), [&](const finding& a, const finding& b) {
-    return latest[a.child_id] < latest[b.child_id];
-  });
   std::stable_sort(findings_.begin(), findings_.end(),
                    [](const finding& a, const finding& b) { return a.gain() > b.gain(); });
 }
