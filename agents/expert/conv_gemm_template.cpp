@@ -952,6 +952,8 @@ public:
     p["grid_order"] = "spatial_outer";
     if (geo["x_dtype"] == "float32")
       p["mxu_bf16"] = false;
+    else if (depthwise)
+      p["f32_window"] = true;  // one conversion per step instead of one per tap
     auto outs = geo["out_sizes"].get<std::vector<int64_t>>();
     auto ld = geo["lhs_dilation"].get<std::vector<int64_t>>();
     // Rows per tile: about 1024 (whole pooling windows where a pool is fused).
@@ -1059,6 +1061,10 @@ public:
     ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                   {"spatial_outer", "cout_outer"},
                   "output-channel tiles inside (weights re-read) or outside (input re-read)"});
+    if (depthwise && geo["x_dtype"] != "float32")
+      ts.push_back({"f32_window", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
+                    "the input window converted to f32 once per step in VMEM (true) or each "
+                    "tap's window converted as it is multiplied"});
     if (geo["x_dtype"] == "float32")
       ts.push_back({"mxu_bf16", tunable::kind::choice, 0, 1, -1, 0, false, {false, true},
                     "f32 operands rounded to bf16 for one MXU pass"});
@@ -1092,8 +1098,11 @@ public:
       ++k;
     }
     int64_t acc = p.nk > 1 ? p.rows * lanes(p.tn) * 4 : 0;
-    if (p.inpad)  // the padded window next to the (unpadded) input window
-      acc += window;
+    // the padded window next to the (unpadded) input window; in f32 with f32_window
+    bool wide = p.depthwise && xb < 4 && params.contains("f32_window") &&
+                params["f32_window"].is_boolean() && params["f32_window"].get<bool>();
+    if (p.inpad || wide)
+      acc += wide ? window / xb * 4 : window;
     // the tap products and the epilogue's temporaries: a few f32 tiles
     int64_t group = p.depthwise ? 1 : std::max<int64_t>(1, params.value("tap_group", 1));
     int64_t temps = 3 * p.rows * lanes(p.tn) * 4 + p.rows * lanes(group * p.tk) * xb;
@@ -1112,6 +1121,12 @@ public:
         (!params["fold"].is_number_integer() || params["fold"] < 0 || params["fold"] > 2)) {
       error = "param fold must be 0, 1 or 2";
       return false;
+    }
+    for (const char* flag : {"f32_window", "mxu_bf16", "pad_in_kernel"}) {
+      if (params.contains(flag) && !params[flag].is_boolean()) {
+        error = std::string("param ") + flag + " must be true or false";
+        return false;
+      }
     }
     if (params.contains("grid_order") && params["grid_order"] != "spatial_outer" &&
         params["grid_order"] != "cout_outer") {

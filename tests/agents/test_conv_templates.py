@@ -88,6 +88,31 @@ def test_depthwise_conv_layernorm_over_channels(tmp_path):
     assert matched["facts"]["all_channels"] is True
     assert "reduce_sum" in summary
 
+    # the bf16 window converted to f32 once per step (a VMEM copy, or the padded window of a
+    # stride-1 conv) or per tap: both correct, the first with fewer conversions on the VPU
+    def flops(spec, params):
+        template_cli.template_and_check(tmp_path, spec, "conv_gemm", params)
+        m = run("model", spec, tmp_path / f"{spec.stem}.py", "--chip", "v6e", "--no-store",
+                "--json", "-")
+        assert m.returncode == 0, m.stdout + m.stderr
+        return sum(c["flops"] for c in json.loads(m.stdout)["chips"][0]["profile"]["calls"])
+
+    assert matched["params"]["f32_window"] is True
+    assert flops(spec, {"f32_window": True}) < flops(spec, {"f32_window": False})
+    same = write_spec(tmp_path, "dw_same", "{B: 2, H: 8, W: 8, C: 128}", [
+        "{name: x, shape: [B, H, W, C], dtype: bfloat16}",
+        "{name: dw, shape: [3, 3, 1, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, dw):
+            return jax.lax.conv_general_dilated(
+                x, dw, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=x.shape[-1])
+        """)
+    padded = {"pad_in_kernel": True}
+    assert flops(same, {**padded, "f32_window": True}) < flops(same, {**padded, "f32_window": False})
+
 
 def test_conv_transpose_and_pointwise_residual(tmp_path):
     # a transposed conv (lhs dilation) runs as one stride-1 conv per output phase

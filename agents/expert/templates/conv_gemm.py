@@ -8,7 +8,9 @@
 # VMEM scratch when input channels are tiled over the last, "arbitrary" grid axis).
 # Stride-1 convolutions zero-pad the window in VMEM; strided ones are padded and split into
 # stride phases (space-to-depth) outside, so every tap reads a unit-stride window. Depthwise
-# convolutions multiply on the VPU. Transposed convolutions (lhs dilation) run as one
+# convolutions multiply on the VPU, in f32: with `f32_window` a narrow input's window is
+# converted once per step into a VMEM scratch (the padded window doubles as it) instead of
+# once per tap. Transposed convolutions (lhs dilation) run as one
 # stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted.
 # When the output layout puts channels first, tiles are computed (channels, positions) and
 # stored in that layout; a pointwise conv on channels-first input reads it as it is. The
@@ -226,6 +228,8 @@ def _kernel(*refs, cfg):
     out_refs = refs[2 + nl:2 + nl + no]
     scratch = list(refs[2 + nl + no:])
     pad_ref = scratch.pop(0) if cfg["inpad"] else None
+    # depthwise on a narrow input: the window converted to f32 once per step, not per tap
+    wide_ref = scratch.pop(0) if cfg["upcast"] and pad_ref is None else None
     acc_ref = scratch.pop(0) if nk > 1 else None
     pos = cfg["pos"]
     rows = cfg["rows"]
@@ -238,7 +242,7 @@ def _kernel(*refs, cfg):
         if pad_ref is not None:
             return pad_ref[tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)]
         idx = (pin,) + tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)
-        return x_ref[idx]
+        return (x_ref if wide_ref is None else wide_ref)[idx]
 
     def fill_padded():
         # the clamped input window -> the zero-padded window, per class of tiles
@@ -259,7 +263,7 @@ def _kernel(*refs, cfg):
                 src = (0,) + tuple(pl.ds(a, b - a) for (_, _, a, b, _) in combo) + (slice(None),)
                 dst = tuple(pl.ds(c[4], c[3] - c[2]) for c in combo) + (slice(None),)
                 if all(c[3] > c[2] for c in combo):
-                    pad_ref[dst] = x_ref[src]
+                    pad_ref[dst] = x_ref[src].astype(pad_ref.dtype)
 
             if conds:
                 cond = conds[0]
@@ -350,6 +354,8 @@ def _kernel(*refs, cfg):
 
     if pad_ref is not None:
         fill_padded()
+    if wide_ref is not None:
+        wide_ref[...] = x_ref[...].astype(wide_ref.dtype)
     p_id = pl.program_id(pos["p"])
     for p in range(len(taps)):
         def branch(p=p):
@@ -655,8 +661,12 @@ def _conv_gemm(lhs, rhs, leaves):
         in_specs.append(bs)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
+    upcast = (depthwise and not cm_in and jnp.dtype(x.dtype) != jnp.float32
+              and bool(PARAMS.get("f32_window", False)))
     if inpad:
-        scratch.append(pltpu.VMEM(tuple(window) + (tk,), x.dtype))
+        scratch.append(pltpu.VMEM(tuple(window) + (tk,), jnp.float32 if upcast else x.dtype))
+    elif upcast:
+        scratch.append(pltpu.VMEM((x.shape[1],) + tuple(window) + (tk,), jnp.float32))
     if nk > 1:
         scratch.append(pltpu.VMEM((tn, rows) if cm else (rows, tn), jnp.float32))
     pool_scratch = []
@@ -690,7 +700,7 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
+               tap_group=group, upcast=upcast, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
                window=window if not cm_in else None,
                mxu_dtype=mxu, conv_dtype=jnp.dtype(CONV["out_dtype"]), pools=pools, q=q, qp=qp,

@@ -116,8 +116,38 @@ TEST(ConvGemm, DepthwiseLayernormNeedsAllChannels) {
   EXPECT_TRUE(m->facts["all_channels"].get<bool>());
   EXPECT_TRUE(m->facts["geometry"]["depthwise"].get<bool>());
   // no channel tile to tune when the epilogue reduces over channels
-  for (const auto& t : mx::find_template("conv_gemm")->tunables(*m))
-    EXPECT_NE(t.name, "block_n");
+  auto t = mx::find_template("conv_gemm");
+  bool f32_window = false;
+  for (const auto& u : t->tunables(*m)) {
+    EXPECT_NE(u.name, "block_n");
+    f32_window = f32_window || u.name == "f32_window";
+  }
+  // a bf16 input's window is converted to f32 once per step unless told per tap; the f32
+  // copy costs VMEM
+  EXPECT_TRUE(f32_window);
+  auto chip = v6e();
+  auto p = t->initial_params(*m, chip);
+  EXPECT_EQ(p.value("f32_window", false), true) << p.dump();
+  auto per_tap = p;
+  per_tap["f32_window"] = false;
+  EXPECT_GT(t->vmem_bytes(*m, p), t->vmem_bytes(*m, per_tap));
+  for (bool pad : {true, false}) {
+    auto a = p, b = per_tap;
+    a["pad_in_kernel"] = b["pad_in_kernel"] = pad;
+    EXPECT_GT(t->vmem_bytes(*m, a), t->vmem_bytes(*m, b)) << pad;
+  }
+  auto bad = p;
+  bad["f32_window"] = "yes";
+  std::string src, err;
+  EXPECT_FALSE(t->render(*m, bad, src, err));
+  EXPECT_NE(err.find("f32_window"), std::string::npos) << err;
+  // not for a conv on the MXU
+  auto dense = load("nhwc_bias_relu_pool");
+  auto dm = conv_match(dense);
+  ASSERT_TRUE(dm);
+  for (const auto& u : t->tunables(*dm))
+    EXPECT_NE(u.name, "f32_window");
+  EXPECT_FALSE(t->initial_params(*dm, chip).contains("f32_window"));
 }
 
 TEST(ConvGemm, TransposedConvAndPrologue) {
