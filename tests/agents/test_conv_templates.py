@@ -283,3 +283,23 @@ def test_conv_glu_split_in_the_tail(tmp_path):
         """)
     matched, summary, source = template_and_check(tmp_path, spec)
     assert "lax.split(" in source, source
+
+
+def test_output_written_exact_with_ragged_row_tiles(tmp_path):
+    # 11 rows in tiles of 4 (the last ragged) and 13 columns padded to the sublane tiling in
+    # VMEM: the output array is the conv's output itself (no slice of a padded one after)
+    spec = write_spec(tmp_path, "ragged", "{B: 2, H: 11, W: 13, CI: 8, CO: 128}", [
+        "{name: x, shape: [B, H, W, CI], dtype: bfloat16}",
+        "{name: w, shape: [3, 3, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}",
+        "{name: b, shape: [CO], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b):
+            y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                             preferred_element_type=jnp.float32)
+            return jax.nn.relu(y + b).astype(x.dtype)
+        """)
+    _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm", {"block_s0": 4})
+    out = [o for o in result["pallas_calls"][0]["operands"] if o["role"] == "output"]
+    assert [o["block_shape"][-3:] for o in out] == [[4, 13, 128]], out

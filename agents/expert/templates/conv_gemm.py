@@ -331,7 +331,10 @@ def _kernel(*refs, cfg):
                 v = _t(jnp.broadcast_to(v, (width, rows)) if v.shape != (width, rows) else v)
             v = jnp.broadcast_to(v, (rows, width)) if v.shape != (rows, width) else v
             if pplan is None:
-                ref[...] = v.reshape(tuple(tiles) + (width,)).astype(ref.dtype)
+                v = v.reshape(tuple(tiles) + (width,))
+                if ref.shape[-2] < tiles[-1]:   # the exact output: the padding stays here
+                    v = v[..., :ref.shape[-2], :]
+                ref[...] = v.astype(ref.dtype)
                 continue
             pref = scratch[si]
             si += 1
@@ -661,6 +664,7 @@ def _conv_gemm(lhs, rhs, leaves):
         in_specs.append(bs)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
+    exact = d >= 2 and p_out == 1 and not transposed
     upcast = (depthwise and not cm_in and jnp.dtype(x.dtype) != jnp.float32
               and bool(PARAMS.get("f32_window", False)))
     if inpad:
@@ -683,7 +687,11 @@ def _conv_gemm(lhs, rhs, leaves):
                 (None, None, lw, rows),
                 lambda *g, width=width: (0, g[pos["n"]], chan(width, g), g[pos["s0"]])))
             continue
-        if pplan is None:
+        if pplan is None and exact:
+            # the output array is the output: Pallas clips a ragged last tile along a leading
+            # dim and the padded last dim is dropped in VMEM, so no slice copies it after
+            ext, blk = tuple(q), tuple(tiles[:-1]) + (q[-1],)
+        elif pplan is None:
             ext, blk = tuple(qp), tuple(tiles)
         else:
             ext = tuple(ntiles[i] * pp[5] for i, pp in enumerate(pplan))
@@ -734,7 +742,9 @@ def _conv_gemm(lhs, rhs, leaves):
             finals.append(_from_order(v, cm_order, o["roles"]))
             continue
         if pplan is None:
-            v = r[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
+            v = r
+            if tuple(r.shape[2:2 + d]) != tuple(q):
+                v = r[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
             v = _interleave(v, lph, outs) if transposed else v[0]
             if o["pool"] is not None:
                 v = _pool_outside(v, pool)
