@@ -303,3 +303,25 @@ def test_output_written_exact_with_ragged_row_tiles(tmp_path):
     _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm", {"block_s0": 4})
     out = [o for o in result["pallas_calls"][0]["operands"] if o["role"] == "output"]
     assert [o["block_shape"][-3:] for o in out] == [[4, 13, 128]], out
+
+
+def test_transposed_conv_phases_written_in_place(tmp_path):
+    # stride-2 transposed conv, 128 channels: each output phase's tile goes straight to its
+    # rows and columns of the result (an (n, q0, 2, q1, 2 * c) view of it), no interleave
+    spec = write_spec(tmp_path, "convt_wide", "{B: 2, H: 4, W: 6, CI: 16, CO: 128}", [
+        "{name: x, shape: [B, H, W, CI], dtype: bfloat16}",
+        "{name: w, shape: [4, 4, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            y = jax.lax.conv_transpose(x, w, (2, 2), "SAME",
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                       preferred_element_type=jnp.float32)
+            return jax.nn.relu(y).astype(x.dtype)
+        """)
+    _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm")
+    call = result["pallas_calls"][0]
+    assert call["grid"][0] == 4, call           # one grid slice per output phase
+    out = [o["block_shape"] for o in call["operands"] if o["role"] == "output"]
+    assert out == [[-1, 4, -1, 6, 128]], out

@@ -665,6 +665,18 @@ def _conv_gemm(lhs, rhs, leaves):
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
     exact = d >= 2 and p_out == 1 and not transposed
+    # A transposed conv's phases written in place: the output viewed as (n, q0, L0, q1, L1,
+    # ..., q_last, L_last * c) (a free reshape of the result), phase r's tile at index r_i of
+    # each L_i (of the last one: its channel block), so no interleaving copy after the call.
+    in_place = (d >= 2 and transposed and all(outs[i] == q[i] * lph[i] for i in range(d))
+                and (cout % 128 == 0 or lph[-1] == 1))
+
+    def phase_digits(g):
+        p, digits = g[pos["p"]], []
+        for i in reversed(range(d)):
+            digits.append(p % lph[i])
+            p = p // lph[i]
+        return digits[::-1]
     upcast = (depthwise and not cm_in and jnp.dtype(x.dtype) != jnp.float32
               and bool(PARAMS.get("f32_window", False)))
     if inpad:
@@ -686,6 +698,19 @@ def _conv_gemm(lhs, rhs, leaves):
             out_specs.append(pl.BlockSpec(
                 (None, None, lw, rows),
                 lambda *g, width=width: (0, g[pos["n"]], chan(width, g), g[pos["s0"]])))
+            continue
+        if pplan is None and in_place and o["chan"] and o["pool"] is None:
+            def spatial_map(*g, width=width):
+                r = phase_digits(g)
+                lead = sum(((g[pos["s%d" % i]], r[i]) for i in range(d - 1)), ())
+                return (g[pos["n"]],) + lead + (0, r[-1] * (width // lw) + chan(width, g))
+
+            out_shapes.append(jax.ShapeDtypeStruct(
+                (n,) + sum(((q[i], lph[i]) for i in range(d - 1)), ()) + (q[-1], lph[-1] * width),
+                o["dtype"]))
+            out_specs.append(pl.BlockSpec(
+                (None,) + sum(((tiles[i], None) for i in range(d - 1)), ()) + (q[-1], lw),
+                spatial_map))
             continue
         if pplan is None and exact:
             # the output array is the output: Pallas clips a ragged last tile along a leading
@@ -740,6 +765,10 @@ def _conv_gemm(lhs, rhs, leaves):
             if not cm_in:
                 v = v[(slice(None), slice(None)) + tuple(slice(0, q[i]) for i in range(d))]
             finals.append(_from_order(v, cm_order, o["roles"]))
+            continue
+        if pplan is None and in_place and o["chan"] and o["pool"] is None:
+            finals.append(_from_order(r.reshape((n,) + tuple(outs) + (r.shape[-1] // lph[-1],)),
+                                      rm_order, o["roles"]))
             continue
         if pplan is None:
             v = r
