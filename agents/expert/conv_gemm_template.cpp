@@ -806,6 +806,12 @@ public:
     bool inpad = false;  // zero padding done in VMEM (a padded window scratch)
   };
 
+  // A boolean parameter that is set and true (render() refuses one that is not a boolean).
+  static bool flag(const json& params, const char* key) {
+    auto it = params.find(key);
+    return it != params.end() && it->is_boolean() && it->get<bool>();
+  }
+
   // Stride-1 direct convs with padding pad in the kernel unless told not to.
   static bool pads_in_kernel(const json& geo, const json& params, int fold) {
     if (geo["d"].get<int>() < 2 || geo["transposed"].get<bool>() || fold != 0 ||
@@ -1001,6 +1007,13 @@ public:
       }
       break;
     }
+    // A transposed conv's phases share one input window: one step for all of them when
+    // their weights and tiles fit beside it.
+    if (make_plan(geo, p, m.facts["all_channels"]).p_out > 1) {
+      p["phases_in_step"] = true;
+      if (vmem_bytes(m, p) > budget)
+        p["phases_in_step"] = false;
+    }
     // Past the scoped default but within the core: raise the limit.
     auto need = vmem_bytes(m, p);
     if (need > budget)
@@ -1061,6 +1074,10 @@ public:
     ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                   {"spatial_outer", "cout_outer"},
                   "output-channel tiles inside (weights re-read) or outside (input re-read)"});
+    if (plan0.p_out > 1)
+      ts.push_back({"phases_in_step", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
+                    "all output phases of the transposed conv in one grid step (the input "
+                    "window read once, every phase's weights in VMEM) or one phase per step"});
     if (depthwise && geo["x_dtype"] != "float32")
       ts.push_back({"f32_window", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
                     "the input window converted to f32 once per step in VMEM (true) or each "
@@ -1097,10 +1114,13 @@ public:
       out += rows * lanes(p.tn) * dtype_bytes(od);
       ++k;
     }
-    int64_t acc = p.nk > 1 ? p.rows * lanes(p.tn) * 4 : 0;
+    // all of a transposed conv's phases in one step: their weights, tiles and sums together
+    int64_t phases = p.p_out > 1 && flag(params, "phases_in_step") ? p.p_out : 1;
+    taps_w *= phases;
+    out *= phases;
+    int64_t acc = p.nk > 1 ? phases * p.rows * lanes(p.tn) * 4 : 0;
     // the padded window next to the (unpadded) input window; in f32 with f32_window
-    bool wide = p.depthwise && xb < 4 && params.contains("f32_window") &&
-                params["f32_window"].is_boolean() && params["f32_window"].get<bool>();
+    bool wide = p.depthwise && xb < 4 && flag(params, "f32_window");
     if (p.inpad || wide)
       acc += wide ? window / xb * 4 : window;
     // the tap products and the epilogue's temporaries: a few f32 tiles
@@ -1122,9 +1142,9 @@ public:
       error = "param fold must be 0, 1 or 2";
       return false;
     }
-    for (const char* flag : {"f32_window", "mxu_bf16", "pad_in_kernel"}) {
-      if (params.contains(flag) && !params[flag].is_boolean()) {
-        error = std::string("param ") + flag + " must be true or false";
+    for (const char* key : {"f32_window", "mxu_bf16", "pad_in_kernel", "phases_in_step"}) {
+      if (params.contains(key) && !params[key].is_boolean()) {
+        error = std::string("param ") + key + " must be true or false";
         return false;
       }
     }

@@ -307,10 +307,12 @@ def test_output_written_exact_with_ragged_row_tiles(tmp_path):
 
 def test_transposed_conv_phases_written_in_place(tmp_path):
     # stride-2 transposed conv, 128 channels: each output phase's tile goes straight to its
-    # rows and columns of the result (an (n, q0, 2, q1, 2 * c) view of it), no interleave
-    spec = write_spec(tmp_path, "convt_wide", "{B: 2, H: 4, W: 6, CI: 16, CO: 128}", [
+    # rows and columns of the result (an (n, q0, 2, q1, 2 * c) view of it), no interleave;
+    # one phase per grid step, or all four in one step (the input window read once), with
+    # the 256 input channels accumulated over two steps of 128
+    spec = write_spec(tmp_path, "convt_wide", "{B: 2, H: 4, W: 6, CI: 256, CO: 128}", [
         "{name: x, shape: [B, H, W, CI], dtype: bfloat16}",
-        "{name: w, shape: [4, 4, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}"],
+        "{name: w, shape: [4, 4, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}"],
         """
         import jax, jax.numpy as jnp
 
@@ -320,8 +322,16 @@ def test_transposed_conv_phases_written_in_place(tmp_path):
                                        preferred_element_type=jnp.float32)
             return jax.nn.relu(y).astype(x.dtype)
         """)
-    _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm")
-    call = result["pallas_calls"][0]
-    assert call["grid"][0] == 4, call           # one grid slice per output phase
-    out = [o["block_shape"] for o in call["operands"] if o["role"] == "output"]
-    assert out == [[-1, 4, -1, 6, 128]], out
+    for in_step, steps, block in ((False, 4, [-1, 4, -1, 6, 128]), (True, 1, [-1, 4, 2, 6, 256])):
+        for block_k in (256, 128):
+            _, result, _ = template_cli.template_and_check(
+                tmp_path, spec, "conv_gemm", {"phases_in_step": in_step, "block_k": block_k})
+            call = result["pallas_calls"][0]
+            assert call["grid"][0] == steps, call    # the phase axis
+            assert call["grid"][-1] == 256 // block_k, call
+            out = [o["block_shape"] for o in call["operands"] if o["role"] == "output"]
+            assert out == [block], out
+    # by default all phases in one step when it fits
+    t = run("template", spec, "--name", "conv_gemm", "--json", "-")
+    assert t.returncode == 0, t.stderr
+    assert json.loads(t.stdout)["params"]["phases_in_step"] is True

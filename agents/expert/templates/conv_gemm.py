@@ -284,17 +284,18 @@ def _kernel(*refs, cfg):
         acc = None
         group = cfg["tap_group"]
         tl = taps[p]
+        wp = w_ref.at[p] if cfg["all_phases"] else w_ref   # this phase's weights
         for g0 in range(0, len(tl), 1 if cfg["depthwise"] else group):
             if cfg["depthwise"]:
                 t, pin, offs = tl[g0]
-                prod = window(pin, offs).astype(jnp.float32) * w_ref[t].astype(jnp.float32)
+                prod = window(pin, offs).astype(jnp.float32) * wp[t].astype(jnp.float32)
             else:
                 # taps packed along K: one dot of (rows, g*tk) x (g*tk, tn)
                 chunk = tl[g0:g0 + group]
                 xs = [window(pin, offs).reshape(rows, -1) for _, pin, offs in chunk]
                 xs = xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=-1)
                 t0 = chunk[0][0]
-                wt = w_ref[pl.ds(t0, len(chunk))]
+                wt = wp[pl.ds(t0, len(chunk))]
                 wt = wt.reshape(len(chunk) * wt.shape[1], wt.shape[2])
                 if cm:
                     prod = lax.dot_general(mxu(wt), mxu(xs), contract,
@@ -309,11 +310,13 @@ def _kernel(*refs, cfg):
             return _t(acc) if cm else acc
         return acc
 
-    def finish(acc):
+    all_phases = cfg["all_phases"]
+
+    def finish(acc, p):
         y = acc.astype(cfg["conv_dtype"])
         leaves = []
         for spec, ref in zip(LEAVES, leaf_refs):
-            v = ref[...]
+            v = ref[p] if all_phases and spec["kind"] == "full" else ref[...]
             if spec["kind"] == "full" and not cfg["cm_out"]:
                 v = v.reshape(rows, v.shape[-1])
                 v = _t(v) if cm else v
@@ -332,9 +335,20 @@ def _kernel(*refs, cfg):
             v = jnp.broadcast_to(v, (rows, width)) if v.shape != (rows, width) else v
             if pplan is None:
                 v = v.reshape(tuple(tiles) + (width,))
-                if ref.shape[-2] < tiles[-1]:   # the exact output: the padding stays here
+                if cfg["in_place"] and o["chan"] and o["pool"] is None:
+                    v = v[..., :cfg["q"][-1], :]   # the exact output: the padding stays here
+                    if all_phases:                 # phase p's rows and channel block
+                        r = np.unravel_index(p, cfg["lph"])
+                        idx = sum(((slice(None), int(r[i])) for i in range(d - 1)), ())
+                        ref[idx + (slice(None), pl.ds(int(r[-1]) * width, width))] = \
+                            v.astype(ref.dtype)
+                        continue
+                elif ref.shape[-2] < tiles[-1]:    # the exact output: the padding stays here
                     v = v[..., :ref.shape[-2], :]
-                ref[...] = v.astype(ref.dtype)
+                if all_phases:
+                    ref[p] = v.astype(ref.dtype)
+                else:
+                    ref[...] = v.astype(ref.dtype)
                 continue
             pref = scratch[si]
             si += 1
@@ -364,22 +378,23 @@ def _kernel(*refs, cfg):
         def branch(p=p):
             acc = compute(p)
             if nk == 1:
-                finish(acc)
+                finish(acc, p)
                 return
+            at = p if all_phases else Ellipsis
 
             @pl.when(k_id == 0)
             def _():
-                acc_ref[...] = acc
+                acc_ref[at] = acc
 
             @pl.when(k_id > 0)
             def _():
-                acc_ref[...] += acc
+                acc_ref[at] += acc
 
             @pl.when(k_id == nk - 1)
             def _():
-                finish(acc_ref[...])
+                finish(acc_ref[at], p)
 
-        if len(taps) == 1:
+        if len(taps) == 1 or all_phases:
             branch()
         else:
             pl.when(p_id == p)(branch)
@@ -581,17 +596,37 @@ def _conv_gemm(lhs, rhs, leaves):
     if EPI_NEEDS_ALL_CHANNELS:
         tn = cout
     nj = cout // tn
+    # All of a transposed conv's phases in one grid step (their weights and output tiles in
+    # VMEM together): the input window is read once, not once per phase.
+    all_phases = p_out > 1 and bool(PARAMS.get("phases_in_step", False))
+    # A transposed conv's phases written in place: the output viewed as (n, q0, L0, q1, L1,
+    # ..., q_last, L_last * c) (a free reshape of the result), phase r's tile at index r_i of
+    # each L_i (of the last one: its channel block), so no interleaving copy after the call.
+    in_place = (d >= 2 and transposed and all(outs[i] == q[i] * lph[i] for i in range(d))
+                and (cout % 128 == 0 or lph[-1] == 1) and (nj == 1 or not all_phases))
 
     dd = 1 if cm_in else d
     names = ["p", "n"] + ["s%d" % i for i in range(dd)] + ["j", "k"]
     if PARAMS.get("grid_order", "spatial_outer") == "cout_outer":
         names = ["p", "j", "n"] + ["s%d" % i for i in range(dd)] + ["k"]
     pos = {a: names.index(a) for a in names}
-    extent = dict(p=p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
+    extent = dict(p=1 if all_phases else p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
     grid = tuple(extent[a] for a in names)
 
     def sp(g):
         return tuple(g[pos["s%d" % i]] for i in range(dd))
+
+    pblk = p_out if all_phases else None     # the phase axis of weights, leaves and outputs
+
+    def ph(g):
+        return 0 if all_phases else g[pos["p"]]
+
+    def phase_digits(g):
+        p, digits = ph(g), []
+        for i in reversed(range(d)):
+            digits.append(p % lph[i])
+            p = p // lph[i]
+        return digits[::-1]
 
     def chan(width, g):
         return g[pos["j"]] if width > 1 else 0
@@ -612,11 +647,11 @@ def _conv_gemm(lhs, rhs, leaves):
                                       for i in range(d))
                               + (pl.Element(tk),), x_map)
     if depthwise:
-        w_spec = pl.BlockSpec((None, w.shape[1], 1, tn),
-                              lambda *g: (g[pos["p"]], 0, 0, g[pos["j"]]))
+        w_spec = pl.BlockSpec((pblk, w.shape[1], 1, tn),
+                              lambda *g: (ph(g), 0, 0, g[pos["j"]]))
     else:
-        w_spec = pl.BlockSpec((None, w.shape[1], tk, tn),
-                              lambda *g: (g[pos["p"]], 0, g[pos["k"]], g[pos["j"]]))
+        w_spec = pl.BlockSpec((pblk, w.shape[1], tk, tn),
+                              lambda *g: (ph(g), 0, g[pos["k"]], g[pos["j"]]))
 
     sizes = dict(n=n, c=cout, **{"s%d" % i: outs[i] for i in range(d)})
     rm_order = ["n"] + ["s%d" % i for i in range(d)] + ["c"]
@@ -657,26 +692,14 @@ def _conv_gemm(lhs, rhs, leaves):
             arr = _to_order(v, spec["roles"], sizes, rm_order)
             arr = jnp.broadcast_to(arr, (n,) + tuple(outs) + (width,))
             arr = _phase_major(arr, lph, q, qp)
-            bs = pl.BlockSpec((None, None) + tuple(tiles) + (lw,),
-                              lambda *g, width=width: (g[pos["p"]], g[pos["n"]]) + sp(g)
+            bs = pl.BlockSpec((pblk, None) + tuple(tiles) + (lw,),
+                              lambda *g, width=width: (ph(g), g[pos["n"]]) + sp(g)
                               + (chan(width, g),))
         leaf_arrays.append(arr)
         in_specs.append(bs)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
     exact = d >= 2 and p_out == 1 and not transposed
-    # A transposed conv's phases written in place: the output viewed as (n, q0, L0, q1, L1,
-    # ..., q_last, L_last * c) (a free reshape of the result), phase r's tile at index r_i of
-    # each L_i (of the last one: its channel block), so no interleaving copy after the call.
-    in_place = (d >= 2 and transposed and all(outs[i] == q[i] * lph[i] for i in range(d))
-                and (cout % 128 == 0 or lph[-1] == 1))
-
-    def phase_digits(g):
-        p, digits = g[pos["p"]], []
-        for i in reversed(range(d)):
-            digits.append(p % lph[i])
-            p = p // lph[i]
-        return digits[::-1]
     upcast = (depthwise and not cm_in and jnp.dtype(x.dtype) != jnp.float32
               and bool(PARAMS.get("f32_window", False)))
     if inpad:
@@ -684,7 +707,8 @@ def _conv_gemm(lhs, rhs, leaves):
     elif upcast:
         scratch.append(pltpu.VMEM((x.shape[1],) + tuple(window) + (tk,), jnp.float32))
     if nk > 1:
-        scratch.append(pltpu.VMEM((tn, rows) if cm else (rows, tn), jnp.float32))
+        scratch.append(pltpu.VMEM(((p_out,) if all_phases else ()) + ((tn, rows) if cm else (rows, tn)),
+                                  jnp.float32))
     pool_scratch = []
     for o, pool in zip(OUTS, pool_at):
         width = cout if o["chan"] else 1
@@ -708,9 +732,10 @@ def _conv_gemm(lhs, rhs, leaves):
             out_shapes.append(jax.ShapeDtypeStruct(
                 (n,) + sum(((q[i], lph[i]) for i in range(d - 1)), ()) + (q[-1], lph[-1] * width),
                 o["dtype"]))
+            ls = lph if all_phases else [None] * d
             out_specs.append(pl.BlockSpec(
-                (None,) + sum(((tiles[i], None) for i in range(d - 1)), ()) + (q[-1], lw),
-                spatial_map))
+                (None,) + sum(((tiles[i], ls[i]) for i in range(d - 1)), ())
+                + (q[-1], lw * (lph[-1] if all_phases else 1)), spatial_map))
             continue
         if pplan is None and exact:
             # the output array is the output: Pallas clips a ragged last tile along a leading
@@ -724,8 +749,8 @@ def _conv_gemm(lhs, rhs, leaves):
             pool_scratch.append(pltpu.VMEM(tuple(pp[6] for pp in pplan) + (lw,), jnp.float32))
         out_shapes.append(jax.ShapeDtypeStruct((p_out, n) + ext + (width,), o["dtype"]))
         out_specs.append(pl.BlockSpec(
-            (None, None) + blk + (lw,),
-            lambda *g, width=width: (g[pos["p"]], g[pos["n"]]) + sp(g) + (chan(width, g),)))
+            (pblk, None) + blk + (lw,),
+            lambda *g, width=width: (ph(g), g[pos["n"]]) + sp(g) + (chan(width, g),)))
     scratch += pool_scratch
 
     mxu = None
@@ -733,7 +758,8 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group, upcast=upcast, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
+               tap_group=group, upcast=upcast, all_phases=all_phases, in_place=in_place,
+               lph=lph, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
                window=window if not cm_in else None,
                mxu_dtype=mxu, conv_dtype=jnp.dtype(CONV["out_dtype"]), pools=pools, q=q, qp=qp,

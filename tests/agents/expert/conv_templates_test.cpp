@@ -172,6 +172,35 @@ TEST(ConvGemm, TransposedConvAndPrologue) {
 // dim is strided, the two readings part at other sizes (the tester's ragged ones): a
 // symmetric split is the constant padding written out (VALID, PyTorch's padding=p); an
 // asymmetric one is SAME, recomputed from the input size at trace time.
+TEST(ConvGemm, TransposedConvPhasesInOneStepWhenTheyFit) {
+  auto g = load("conv_transpose_relu");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  auto t = mx::find_template("conv_gemm");
+  bool offered = false;
+  for (const auto& u : t->tunables(*m))
+    offered = offered || u.name == "phases_in_step";
+  EXPECT_TRUE(offered);
+  auto chip = v6e();
+  auto p = t->initial_params(*m, chip);
+  EXPECT_EQ(p.value("phases_in_step", false), true) << p.dump();
+  // every phase's weights and output tile at once: more VMEM than one phase's
+  auto one = p;
+  one["phases_in_step"] = false;
+  EXPECT_GT(t->vmem_bytes(*m, p), t->vmem_bytes(*m, one));
+  auto bad = p;
+  bad["phases_in_step"] = 1;
+  std::string src, err;
+  EXPECT_FALSE(t->render(*m, bad, src, err));
+  EXPECT_NE(err.find("phases_in_step"), std::string::npos) << err;
+  // a direct conv has one phase: nothing to choose
+  auto dense = load("nhwc_bias_relu_pool");
+  auto dm = conv_match(dense);
+  ASSERT_TRUE(dm);
+  for (const auto& u : t->tunables(*dm))
+    EXPECT_NE(u.name, "phases_in_step");
+}
+
 TEST(ConvGemm, StridedPadsAreSameOnlyWhenTheirSplitIsUneven) {
   auto v = load("patch4_valid");
   auto m = conv_match(v);
