@@ -11,7 +11,11 @@
 # convolutions multiply on the VPU, in f32: with `f32_window` a narrow input's window is
 # converted once per step into a VMEM scratch (the padded window doubles as it) instead of
 # once per tap. Transposed convolutions (lhs dilation) run as one
-# stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted.
+# stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted;
+# with `phases_in_step` all phases share a grid step (one read of the input window), and
+# each phase's tile is written straight to its rows and columns of the result. Unpooled
+# outputs of 2-D and 3-D convs are the exact arrays (a ragged last row tile is clipped by
+# Pallas, the padded last dim dropped in VMEM), so nothing slices them after the call.
 # When the output layout puts channels first, tiles are computed (channels, positions) and
 # stored in that layout; a pointwise conv on channels-first input reads it as it is. The
 # fused epilogue (generated from the reference's per-position ops: bias, batchnorm,
