@@ -801,6 +801,7 @@ public:
     int d = 0;
     int64_t n = 0, ck = 0, cout = 0, taps = 1, p_in = 1, p_out = 1;
     std::vector<int64_t> q, tiles, halo;
+    std::vector<int64_t> ts;  // rows between a tap's rows in the window (the stride, unsplit)
     int64_t sub = 8, tn = 0, tk = 0, nk = 1, rows = 1;
     bool depthwise = false;
     bool inpad = false;  // zero padding done in VMEM (a padded window scratch)
@@ -812,14 +813,28 @@ public:
     return it != params.end() && it->is_boolean() && it->get<bool>();
   }
 
-  // Stride-1 direct convs with padding pad in the kernel unless told not to.
+  // A strided depthwise conv on an f32 window reads each tap's strided rows in VMEM instead
+  // of an input split into stride phases in HBM (as conv_gemm.py decides it).
+  static bool unsplit(const json& geo, const json& params) {
+    bool strided = false;
+    for (const auto& s : geo["strides"])
+      strided = strided || s.get<int64_t>() > 1;
+    for (const auto& p : geo["padding"])
+      if (p[0].get<int64_t>() < 0 || p[1].get<int64_t>() < 0)
+        return false;
+    return strided && geo["depthwise"].get<bool>() && !geo["transposed"].get<bool>() &&
+           geo["d"].get<int>() >= 2 && geo["x_dtype"] != "float32" && flag(params, "f32_window");
+  }
+
+  // Stride-1 direct convs (and unsplit strided ones) with padding pad in the kernel unless
+  // told not to.
   static bool pads_in_kernel(const json& geo, const json& params, int fold) {
     if (geo["d"].get<int>() < 2 || geo["transposed"].get<bool>() || fold != 0 ||
         !params.value("pad_in_kernel", true))
       return false;
     bool any = false;
     for (const auto& s : geo["strides"])
-      if (s.get<int64_t>() != 1)
+      if (s.get<int64_t>() != 1 && !unsplit(geo, params))
         return false;
     for (const auto& p : geo["padding"]) {
       if (p[0].get<int64_t>() < 0 || p[1].get<int64_t>() < 0)
@@ -848,6 +863,8 @@ public:
     for (int i = 0; i < d; ++i)
       folded[i] = fold >= 2 || (fold == 1 && i == d - 1);
     p.ck = p.depthwise ? p.cout : cin;
+    p.ts.assign(static_cast<size_t>(d), 1);
+    bool whole_input = unsplit(geo, params);
     for (int i = 0; i < d; ++i) {
       if (folded[i])
         p.ck *= ks[i];
@@ -858,6 +875,11 @@ public:
         p.p_out *= ld[i];
         p.q.push_back((outs[i] + ld[i] - 1) / ld[i]);
         p.halo.push_back(((k - 1) * rd[i]) / ld[i] + 1);
+      } else if (whole_input) {
+        p.taps *= k;
+        p.q.push_back(outs[i]);
+        p.halo.push_back((k - 1) * rd[i]);
+        p.ts[static_cast<size_t>(i)] = st[i];
       } else {
         int64_t s = folded[i] ? 1 : st[i];
         p.taps *= k;
@@ -1068,7 +1090,8 @@ public:
                       "kernel taps folded into channels outside the kernel (0 none, 1 along the "
                       "last spatial dim, 2 all: im2col)"});
     }
-    if (pads_in_kernel(geo, json::object(), 0))
+    // (a strided depthwise conv pads in VMEM only with its window in f32)
+    if (pads_in_kernel(geo, json{{"f32_window", true}}, 0))
       ts.push_back({"pad_in_kernel", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
                     "zero padding in VMEM (no padded copy of the input in HBM) or in HBM"});
     ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
@@ -1096,8 +1119,10 @@ public:
     int64_t xb = dtype_bytes(geo["x_dtype"]), wb = dtype_bytes(geo["w_dtype"]);
     auto lanes = [](int64_t c) { return round_up(c, 128); };
     int64_t window = p.p_in * lanes(p.tk) * xb;
-    for (int i = 0; i < p.d; ++i)
-      window *= (i == p.d - 1) ? round_up(p.tiles[i] + p.halo[i], p.sub) : p.tiles[i] + p.halo[i];
+    for (int i = 0; i < p.d; ++i) {
+      int64_t rows = (p.tiles[i] - 1) * p.ts[i] + 1 + p.halo[i];
+      window *= (i == p.d - 1) ? round_up(rows, p.sub) : rows;
+    }
     int64_t taps_w = p.depthwise ? p.taps * 8 * lanes(p.tn) * wb
                                  : p.taps * round_up(p.tk, 8) * lanes(p.tn) * wb;
     int64_t out = 0, pool_scratch = 0;

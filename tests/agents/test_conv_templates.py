@@ -335,3 +335,28 @@ def test_transposed_conv_phases_written_in_place(tmp_path):
     t = run("template", spec, "--name", "conv_gemm", "--json", "-")
     assert t.returncode == 0, t.stderr
     assert json.loads(t.stdout)["params"]["phases_in_step"] is True
+
+
+def test_strided_depthwise_reads_strided_rows_in_vmem(tmp_path):
+    # a 5x5 stride-2 depthwise conv on bf16 with its window in f32: the taps read every
+    # other row and column of the (zero-padded in VMEM, or padded in HBM) window, no
+    # stride-phase split of the input; per-tap conversion keeps the four phases
+    spec = write_spec(tmp_path, "dw_s2", "{B: 2, H: 12, W: 13, C: 128}", [
+        "{name: x, shape: [B, H, W, C], dtype: bfloat16}",
+        "{name: dw, shape: [5, 5, 1, C], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, dw):
+            y = jax.lax.conv_general_dilated(
+                x, dw, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=x.shape[-1], preferred_element_type=jnp.float32)
+            return jax.nn.relu(y).astype(x.dtype)
+        """)
+    phases = {}
+    for params in ({"f32_window": True, "block_s0": 2}, {"f32_window": True, "pad_in_kernel": False},
+                   {"f32_window": False}):
+        _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm", params)
+        x_block = result["pallas_calls"][0]["operands"][0]["block_shape"]
+        phases[json.dumps(params)] = x_block[1]
+    assert list(phases.values()) == [1, 1, 4], phases

@@ -7,7 +7,8 @@
 # shifted windows (concatenated along K) by their weight matrices into an f32 accumulator (a
 # VMEM scratch when input channels are tiled over the last, "arbitrary" grid axis).
 # Stride-1 convolutions zero-pad the window in VMEM; strided ones are padded and split into
-# stride phases (space-to-depth) outside, so every tap reads a unit-stride window. Depthwise
+# stride phases (space-to-depth) outside, so every tap reads a unit-stride window, except
+# strided depthwise ones with an f32 window, whose taps read strided rows in VMEM. Depthwise
 # convolutions multiply on the VPU, in f32: with `f32_window` a narrow input's window is
 # converted once per step into a VMEM scratch (the padded window doubles as it) instead of
 # once per tap. Transposed convolutions (lhs dilation) run as one
@@ -242,10 +243,14 @@ def _kernel(*refs, cfg):
     k_id = pl.program_id(pos["k"])
     contract = (((0,), (1,)), ((), ()))   # (g*tk, tn) x (rows, g*tk) -> (tn, rows)
 
+    def tap_rows(i, start):   # a tap's rows along dim i: every ts-th when the input is unsplit
+        st = cfg["ts"][i]
+        return pl.ds(start, tiles[i], stride=st) if st > 1 else pl.ds(start, tiles[i])
+
     def window(pin, offs):
         if pad_ref is not None:
-            return pad_ref[tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)]
-        idx = (pin,) + tuple(pl.ds(offs[i], tiles[i]) for i in range(d)) + (slice(None),)
+            return pad_ref[tuple(tap_rows(i, offs[i]) for i in range(d)) + (slice(None),)]
+        idx = (pin,) + tuple(tap_rows(i, offs[i]) for i in range(d)) + (slice(None),)
         return (x_ref if wide_ref is None else wide_ref)[idx]
 
     def fill_padded():
@@ -479,7 +484,9 @@ def _conv_gemm(lhs, rhs, leaves):
     cm_in = (cm and pointwise and list(ls) == sorted(ls) and ls[1] < min(ls[2:])
              and all(o["pool"] is None for o in OUTS))
     w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
-    inpad = False
+    inpad = unsplit = False
+    upcast = (depthwise and not cm_in and jnp.dtype(lhs.dtype) != jnp.float32
+              and bool(PARAMS.get("f32_window", False)))
     if cm_in:
         x = lhs.reshape(n, cin, math.prod(spatial_in))
         w = w.reshape(1, 1, cin, cout)
@@ -492,16 +499,24 @@ def _conv_gemm(lhs, rhs, leaves):
         if depthwise and cout != cin:
             x = jnp.repeat(x, cout // cin, axis=-1)
         fold = 0 if depthwise or transposed else int(PARAMS.get("fold", 0))
+        # A strided depthwise conv on an f32 window reads each tap's strided rows in VMEM:
+        # the input is not split into stride phases in HBM.
+        unsplit = (upcast and not transposed and d >= 2 and any(s > 1 for s in stride)
+                   and all(lo >= 0 and hi >= 0 for lo, hi in pads))
         # Zero padding inside the kernel (no padded copy of the input in HBM): stride-1
-        # direct convs with non-negative padding.
-        inpad = (d >= 2 and not transposed and fold == 0 and all(s == 1 for s in stride)
+        # direct convs (and unsplit strided ones) with non-negative padding.
+        inpad = (d >= 2 and not transposed and fold == 0
+                 and (all(s == 1 for s in stride) or unsplit)
                  and any(lo or hi for lo, hi in pads) and all(lo >= 0 and hi >= 0 for lo, hi in pads)
                  and PARAMS.get("pad_in_kernel", True))
         if transposed:
             x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
-        elif inpad:
-            outs = [spatial_in[i] + pads[i][0] + pads[i][1] - (ks[i] - 1) * rdil[i]
-                    for i in range(d)]
+        elif inpad or unsplit:
+            if not inpad:
+                x = lax.pad(x, jnp.zeros((), x.dtype),
+                            [(0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads] + [(0, 0, 0)])
+            grown = [x.shape[1 + i] + (pads[i][0] + pads[i][1] if inpad else 0) for i in range(d)]
+            outs = [(grown[i] - (ks[i] - 1) * rdil[i] - 1) // stride[i] + 1 for i in range(d)]
             taps = [[(_ravel(k, ks), 0, tuple(k[i] * rdil[i] for i in range(d)))
                      for k in itertools.product(*[range(e) for e in ks])]]
             w = w.reshape((1, math.prod(ks)) + w.shape[d:])
@@ -550,11 +565,13 @@ def _conv_gemm(lhs, rhs, leaves):
         ntiles = [qp[i] // tiles[i] for i in range(d)]
         rows = math.prod(tiles)
         halo = [max([offs[i] for tl in taps for _, _, offs in tl] or [0]) for i in range(d)]
-        # Input windows: tile + halo; on the last (sublane) dim a multiple of the tiling.
-        window = [tiles[i] + halo[i] for i in range(d)]
+        # Input windows: the tile's rows (every ts-th when unsplit) + halo; on the last
+        # (sublane) dim a multiple of the tiling.
+        ts = list(stride) if unsplit else [1] * d
+        window = [(tiles[i] - 1) * ts[i] + 1 + halo[i] for i in range(d)]
         if ntiles[d - 1] > 1:
             window[d - 1] = _round_up(window[d - 1], sub)
-        need = [(ntiles[i] - 1) * tiles[i] + window[i] for i in range(d)]
+        need = [(ntiles[i] - 1) * tiles[i] * ts[i] + window[i] for i in range(d)]
         have = x.shape[2:-1]
         if inpad:
             # the kernel reads clamped windows of the unpadded input and pads them in VMEM:
@@ -569,7 +586,7 @@ def _conv_gemm(lhs, rhs, leaves):
                     continue
                 cls = []
                 for t in range(ntiles[i]):
-                    u = t * tiles[i] - pads[i][0]
+                    u = t * tiles[i] * ts[i] - pads[i][0]
                     c0 = min(max(u, 0), have[i] - ewin[i])
                     a, b = max(u, c0), min(u + window[i], c0 + ewin[i])
                     key = (a - c0, max(b, a) - c0, a - u)
@@ -641,10 +658,11 @@ def _conv_gemm(lhs, rhs, leaves):
         def x_map(*g):
             c0 = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
             if inpad:
-                rows0 = tuple(jnp.clip(s * tiles[i] - pads[i][0], 0, have[i] - ewin[i])
+                rows0 = tuple(jnp.clip(s * tiles[i] * ts[i] - pads[i][0], 0, have[i] - ewin[i])
                               for i, s in enumerate(sp(g)[:d - 1])) + (0,)
                 return (g[pos["n"]], 0) + rows0 + (c0,)
-            return (g[pos["n"]], 0) + tuple(s * tiles[i] for i, s in enumerate(sp(g))) + (c0,)
+            return (g[pos["n"]], 0) + tuple(s * tiles[i] * ts[i]
+                                            for i, s in enumerate(sp(g))) + (c0,)
 
         x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
                               + tuple(pl.Element(ewin[i] if inpad else window[i])
@@ -704,8 +722,6 @@ def _conv_gemm(lhs, rhs, leaves):
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
     exact = d >= 2 and p_out == 1 and not transposed
-    upcast = (depthwise and not cm_in and jnp.dtype(x.dtype) != jnp.float32
-              and bool(PARAMS.get("f32_window", False)))
     if inpad:
         scratch.append(pltpu.VMEM(tuple(window) + (tk,), jnp.float32 if upcast else x.dtype))
     elif upcast:
@@ -762,7 +778,7 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group, upcast=upcast, all_phases=all_phases, in_place=in_place,
+               tap_group=group, upcast=upcast, ts=ts if not cm_in else [1] * d, all_phases=all_phases, in_place=in_place,
                lph=lph, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
                window=window if not cm_in else None,

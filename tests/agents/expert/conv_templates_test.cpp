@@ -201,6 +201,32 @@ TEST(ConvGemm, TransposedConvPhasesInOneStepWhenTheyFit) {
     EXPECT_NE(u.name, "phases_in_step");
 }
 
+TEST(ConvGemm, StridedDepthwiseIsPaddedInVmemWithItsF32Window) {
+  auto g = load("depthwise_s2");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  auto t = mx::find_template("conv_gemm");
+  std::set<std::string> names;
+  for (const auto& u : t->tunables(*m))
+    names.insert(u.name);
+  // the f32 window is read with the stride in VMEM: the input is not split into phases in
+  // HBM, so its padding can be done in VMEM too
+  EXPECT_TRUE(names.count("f32_window"));
+  EXPECT_TRUE(names.count("pad_in_kernel"));
+  auto chip = v6e();
+  auto p = t->initial_params(*m, chip);
+  EXPECT_EQ(p.value("f32_window", false), true) << p.dump();
+  EXPECT_LE(t->vmem_bytes(*m, p), static_cast<int64_t>(chip.scoped_vmem_bytes));
+  // a window of 8 output rows spans 2 * 7 + 5 input rows: more than one of 4 rows
+  auto rows8 = p, rows4 = p;
+  rows8["block_s0"] = 8;
+  rows4["block_s0"] = 4;
+  EXPECT_GT(t->vmem_bytes(*m, rows8), t->vmem_bytes(*m, rows4));
+  std::string src, err;
+  for (const auto& mv : mx::playbook_moves(*t, *m, p, chip, nullptr, {}))
+    EXPECT_TRUE(t->render(*m, mv.params, src, err)) << mv.name << ": " << err;
+}
+
 TEST(ConvGemm, StridedPadsAreSameOnlyWhenTheirSplitIsUneven) {
   auto v = load("patch4_valid");
   auto m = conv_match(v);

@@ -90,6 +90,12 @@ def same_pool(x, w):
     return jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
 
 
+def depthwise_s2(x, w):
+    # a 5x5 stride-2 depthwise conv (an MBConv's downsampling): SAME pads (1, 2) at 16 x 16
+    return jax.lax.conv_general_dilated(x, w, (2, 2), "SAME", feature_group_count=x.shape[-1],
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
 def matmul_relu(x, w):
     return jax.nn.relu(x @ w)
 
@@ -110,6 +116,7 @@ CASES = {
     "k4s2_pad1": (k4s2_pad1, [S((2, 16, 16, 64), bf16), S((4, 4, 64, 128), bf16)], ()),
     "k3s2_same": (k3s2_same, [S((2, 16, 16, 64), bf16), S((3, 3, 64, 128), bf16)], ()),
     "same_pool": (same_pool, [S((2, 16, 16, 64), f32), S((3, 3, 64, 128), f32)], ()),
+    "depthwise_s2": (depthwise_s2, [S((2, 16, 16, 128), bf16), S((5, 5, 1, 128), bf16)], ()),
     "matmul_relu": (matmul_relu, [S((64, 128), bf16), S((128, 256), bf16)], ()),
 }
 
