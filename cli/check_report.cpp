@@ -1,5 +1,6 @@
 #include "cli/check_report.hpp"
 
+#include "cli/enum_name.hpp"
 #include "cli/profile_report.hpp"
 #include "messages/version.hpp"
 
@@ -11,15 +12,6 @@
 namespace maxkernel::cli {
 
 namespace {
-
-template <class Enum>
-std::string enum_name(Enum value) {
-  auto schema = capnp::Schema::from<Enum>();
-  for (auto e : schema.getEnumerants())
-    if (e.getOrdinal() == static_cast<uint16_t>(value))
-      return e.getProto().getName().cStr();
-  return std::to_string(static_cast<int>(value));
-}
 
 nlohmann::json nullable(double v) {
   return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr);

@@ -1,5 +1,6 @@
 #include "cli/model_command.hpp"
 
+#include "cli/enum_name.hpp"
 #include "cli/kernel_file.hpp"
 #include "cli/node_evaluation.hpp"
 #include "cli/output_file.hpp"
@@ -109,8 +110,18 @@ int run_model(const model_options& opts) {
                            correct ? "yes" : "NO");
       details += fmt::format("  {}:\n", chip) + profile_summary(p, "    ");
     } else {
+      // the table says which phase failed; the message (a traceback's last line, often
+      // long) goes below it whole
+      std::string phase = "no profile", message = failure_of(k);
+      for (auto p : k.getPhases())
+        if (p.getStatus() == schema::Status::FAILED) {
+          phase = fmt::format("{} failed [{}]", enum_name(p.getPhase()),
+                              enum_name(p.getErrorClass()));
+          break;
+        }
       human << fmt::format("  {:<6} {:>14} {:>14} {:>9} {:>9} {:<9} {}\n", chip, "-", "-", "-",
-                           "-", "-", failure_of(k).substr(0, 80));
+                           "-", "-", phase);
+      details += fmt::format("  {}: {}: {}\n", chip, phase, message);
     }
   }
   human << details << fmt::format("all times modeled unless marked measured ({} of {} answered "

@@ -100,9 +100,13 @@ def test_a_kernel_can_fail_on_one_chip_and_lower_on_another(tmp_path):
     assert old in text
     spec = tmp_path / "matmul_1280.yaml"
     spec.write_text(text.replace(old, "dims: {M: 1280, K: 1280, N: 1280}"))
-    j, _ = model_json(spec, KERNELS / "matmul_blocks_2048.py", "--chip", "v5e,v6e", "--no-store",
-                      code=1)
+    j, human = model_json(spec, KERNELS / "matmul_blocks_2048.py", "--chip", "v5e,v6e",
+                          "--no-store", code=1)
     v5e, v6e = j["chips"]
+    # the table names the phase that failed, the whole message follows it
+    row = next(l for l in human.splitlines() if l.strip().startswith("v5e "))
+    assert "failed [" in row, human
+    assert any(l.strip().startswith("v5e:") and v5e["error"] in l for l in human.splitlines()), human
     assert v5e["correct"] is False
     assert v5e["kernel_time_us"] is None and v5e["timing"] is None and v5e["profile"] is None
     assert "VMEM OOM" in v5e["error"] and "limit 16.00 MiB" in v5e["error"]
