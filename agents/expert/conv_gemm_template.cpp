@@ -1070,7 +1070,8 @@ public:
                     d == 1 ? plan0.sub : 1, axis_of("s" + std::to_string(i)), 0, false, {},
                     fmt::format("output positions along spatial dim {} per tile", i)});
     int64_t cout = geo["cout"];
-    if (!all_channels && cout % 128 == 0 && cout > 128)
+    bool channel_tiles = !all_channels && cout % 128 == 0 && cout > 128;
+    if (channel_tiles)
       ts.push_back({"block_n", tunable::kind::block, cout, 128, axis_of("j"), 0, false, {},
                     "output channels per tile"});
     bool depthwise = geo["depthwise"], transposed = geo["transposed"];
@@ -1094,9 +1095,12 @@ public:
     if (pads_in_kernel(geo, json{{"f32_window", true}}, 0))
       ts.push_back({"pad_in_kernel", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
                     "zero padding in VMEM (no padded copy of the input in HBM) or in HBM"});
-    ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
-                  {"spatial_outer", "cout_outer"},
-                  "output-channel tiles inside (weights re-read) or outside (input re-read)"});
+    // (with one channel tile the two orders are one kernel: a move between them would spend
+    // an evaluation on nothing)
+    if (channel_tiles)
+      ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
+                    {"spatial_outer", "cout_outer"},
+                    "output-channel tiles inside (weights re-read) or outside (input re-read)"});
     if (plan0.p_out > 1)
       ts.push_back({"phases_in_step", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
                     "all output phases of the transposed conv in one grid step (the input "
