@@ -826,12 +826,30 @@ public:
            geo["d"].get<int>() >= 2 && geo["x_dtype"] != "float32" && flag(params, "f32_window");
   }
 
-  // Stride-1 direct convs (and unsplit strided ones) with padding pad in the kernel unless
-  // told not to.
+  // A transposed conv's phases read input rows before the first (tap offsets below 0)
+  // where the padding exceeds what the kernel covers: zero rows put before the input, per
+  // dim (as _plan_transposed in conv_gemm.py counts them).
+  static bool transposed_reads_before(const json& geo) {
+    auto ks = geo["ks"].get<std::vector<int64_t>>();
+    auto ld = geo["lhs_dilation"].get<std::vector<int64_t>>();
+    auto rd = geo["rhs_dilation"].get<std::vector<int64_t>>();
+    for (size_t i = 0; i < ks.size(); ++i) {
+      int64_t p0 = geo["padding"][i][0].get<int64_t>();
+      for (int64_t r = 0; r < ld[i]; ++r)
+        for (int64_t k = 0; k < ks[i]; ++k)
+          if (r + k * rd[i] - p0 < 0 && (r + k * rd[i] - p0) % ld[i] == 0)
+            return true;
+    }
+    return false;
+  }
+
+  // Stride-1 direct convs (and unsplit strided ones) with padding, and transposed ones
+  // reading before their input, pad in the kernel unless told not to.
   static bool pads_in_kernel(const json& geo, const json& params, int fold) {
-    if (geo["d"].get<int>() < 2 || geo["transposed"].get<bool>() || fold != 0 ||
-        !params.value("pad_in_kernel", true))
+    if (geo["d"].get<int>() < 2 || fold != 0 || !params.value("pad_in_kernel", true))
       return false;
+    if (geo["transposed"].get<bool>())
+      return transposed_reads_before(geo);
     bool any = false;
     for (const auto& s : geo["strides"])
       if (s.get<int64_t>() != 1 && !unsplit(geo, params))

@@ -331,6 +331,12 @@ def test_transposed_conv_phases_written_in_place(tmp_path):
             assert call["grid"][-1] == 256 // block_k, call
             out = [o["block_shape"] for o in call["operands"] if o["role"] == "output"]
             assert out == [block], out
+            # the input as it is: the zero row before it is put in VMEM
+            assert call["operands"][0]["block_shape"][2:4] == [4, 6], call
+    # or padded in HBM first
+    _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm",
+                                                   {"pad_in_kernel": False})
+    assert result["pallas_calls"][0]["operands"][0]["block_shape"][2:4] != [4, 6], result
     # by default all phases in one step when it fits
     t = run("template", spec, "--name", "conv_gemm", "--json", "-")
     assert t.returncode == 0, t.stderr

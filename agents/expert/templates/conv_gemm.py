@@ -12,7 +12,8 @@
 # convolutions multiply on the VPU, in f32: with `f32_window` a narrow input's window is
 # converted once per step into a VMEM scratch (the padded window doubles as it) instead of
 # once per tap. Transposed convolutions (lhs dilation) run as one
-# stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted;
+# stride-1 convolution per output phase (sub-pixel decomposition): no zeros are inserted,
+# and the zero rows its taps read before the input are put in VMEM (pad_in_kernel);
 # with `phases_in_step` all phases share a grid step (one read of the input window), and
 # each phase's tile is written straight to its rows and columns of the result. Unpooled
 # outputs of 2-D and 3-D convs are the exact arrays (a ragged last row tile is clipped by
@@ -149,10 +150,12 @@ def _plan_direct(x, w, stride, rdil, pads, fold):
     return x, w, [taps], outs, [1] * d
 
 
-def _plan_transposed(x, w, ldil, rdil, pads):
+def _plan_transposed(x, w, ldil, rdil, pads, pad_here=True):
     """Convolution with lhs dilation (a transposed convolution), stride 1: one stride-1
     convolution per output phase r (out[L*q + r]) over the undilated input, with the taps
-    that land on input samples. Returns the same as _plan_direct."""
+    that land on input samples. Returns the same as _plan_direct and the zero rows `lo` put
+    before the input (by lax.pad here, or by the kernel in VMEM when not pad_here): tap
+    offsets count them."""
     d = len(ldil)
     ks = list(w.shape[:d])
     sizes = x.shape[1:-1]
@@ -166,8 +169,9 @@ def _plan_transposed(x, w, ldil, rdil, pads):
                            if (r + k * rdil[i] - pads[i][0]) % ldil[i] == 0])
         per_dim.append(phases)
     lo = [max(0, -min([o for ph in per_dim[i] for _, o in ph] or [0])) for i in range(d)]
-    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] + [(lo[i], 0, 0) for i in range(d)]
-                + [(0, 0, 0)])
+    if pad_here:
+        x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] + [(lo[i], 0, 0) for i in range(d)]
+                    + [(0, 0, 0)])
     x = x.reshape((x.shape[0], 1) + x.shape[1:])
     t_all = math.prod(ks)
     wt = w.reshape((t_all,) + w.shape[d:])
@@ -185,7 +189,7 @@ def _plan_transposed(x, w, ldil, rdil, pads):
         rows += [jnp.zeros_like(wt[0])] * (tmax - len(rows))
         ws.append(jnp.stack(rows))
         taps[p] = [(j, pin, offs) for j, (_, pin, offs) in enumerate(tl)]
-    return x, jnp.stack(ws), taps, outs, list(ldil)
+    return x, jnp.stack(ws), taps, outs, list(ldil), lo
 
 
 def _block_diagonal(w, groups):
@@ -485,6 +489,7 @@ def _conv_gemm(lhs, rhs, leaves):
              and all(o["pool"] is None for o in OUTS))
     w = jnp.transpose(rhs, tuple(rs[2:]) + (rs[1], rs[0]))
     inpad = unsplit = False
+    vpads = pads      # the zero padding the kernel puts around its window in VMEM (inpad)
     upcast = (depthwise and not cm_in and jnp.dtype(lhs.dtype) != jnp.float32
               and bool(PARAMS.get("f32_window", False)))
     if cm_in:
@@ -510,7 +515,12 @@ def _conv_gemm(lhs, rhs, leaves):
                  and any(lo or hi for lo, hi in pads) and all(lo >= 0 and hi >= 0 for lo, hi in pads)
                  and PARAMS.get("pad_in_kernel", True))
         if transposed:
-            x, w, taps, outs, lph = _plan_transposed(x, w, ldil, rdil, pads)
+            # the zero rows before the input go in VMEM too (pad_in_kernel)
+            in_vmem = d >= 2 and bool(PARAMS.get("pad_in_kernel", True))
+            x, w, taps, outs, lph, lo = _plan_transposed(x, w, ldil, rdil, pads,
+                                                         pad_here=not in_vmem)
+            inpad = in_vmem and any(lo)
+            vpads = [(l, 0) for l in lo]
         elif inpad or unsplit:
             if not inpad:
                 x = lax.pad(x, jnp.zeros((), x.dtype),
@@ -582,11 +592,11 @@ def _conv_gemm(lhs, rhs, leaves):
             pad_classes = []
             for i in range(d):
                 if i == d - 1:
-                    pad_classes.append([(0, ntiles[i] - 1, 0, have[i], pads[i][0])])
+                    pad_classes.append([(0, ntiles[i] - 1, 0, have[i], vpads[i][0])])
                     continue
                 cls = []
                 for t in range(ntiles[i]):
-                    u = t * tiles[i] * ts[i] - pads[i][0]
+                    u = t * tiles[i] * ts[i] - vpads[i][0]
                     c0 = min(max(u, 0), have[i] - ewin[i])
                     a, b = max(u, c0), min(u + window[i], c0 + ewin[i])
                     key = (a - c0, max(b, a) - c0, a - u)
@@ -658,7 +668,7 @@ def _conv_gemm(lhs, rhs, leaves):
         def x_map(*g):
             c0 = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
             if inpad:
-                rows0 = tuple(jnp.clip(s * tiles[i] * ts[i] - pads[i][0], 0, have[i] - ewin[i])
+                rows0 = tuple(jnp.clip(s * tiles[i] * ts[i] - vpads[i][0], 0, have[i] - ewin[i])
                               for i, s in enumerate(sp(g)[:d - 1])) + (0,)
                 return (g[pos["n"]], 0) + rows0 + (c0,)
             return (g[pos["n"]], 0) + tuple(s * tiles[i] * ts[i]
