@@ -72,6 +72,13 @@ std::optional<mx::template_match> conv_match(const loaded_graph& g) {
   return mx::find_template("conv_gemm")->match(*g.view, g.spec);
 }
 
+std::set<std::string> tunable_names(const mx::template_match& m) {
+  std::set<std::string> names;
+  for (const auto& u : mx::find_template("conv_gemm")->tunables(m))
+    names.insert(u.name);
+  return names;
+}
+
 }  // namespace
 
 TEST(ConvGemm, NhwcConvBiasReluPoolFusesEverything) {
@@ -118,15 +125,12 @@ TEST(ConvGemm, DepthwiseLayernormNeedsAllChannels) {
   // no channel tile to tune when the epilogue reduces over channels, so no order of
   // channel tiles either
   auto t = mx::find_template("conv_gemm");
-  bool f32_window = false;
-  for (const auto& u : t->tunables(*m)) {
-    EXPECT_NE(u.name, "block_n");
-    EXPECT_NE(u.name, "grid_order");
-    f32_window = f32_window || u.name == "f32_window";
-  }
+  auto names = tunable_names(*m);
+  EXPECT_FALSE(names.count("block_n"));
+  EXPECT_FALSE(names.count("grid_order"));
   // a bf16 input's window is converted to f32 once per step unless told per tap; the f32
   // copy costs VMEM
-  EXPECT_TRUE(f32_window);
+  EXPECT_TRUE(names.count("f32_window"));
   auto chip = v6e();
   auto p = t->initial_params(*m, chip);
   EXPECT_EQ(p.value("f32_window", false), true) << p.dump();
@@ -147,8 +151,7 @@ TEST(ConvGemm, DepthwiseLayernormNeedsAllChannels) {
   auto dense = load("nhwc_bias_relu_pool");
   auto dm = conv_match(dense);
   ASSERT_TRUE(dm);
-  for (const auto& u : t->tunables(*dm))
-    EXPECT_NE(u.name, "f32_window");
+  EXPECT_FALSE(tunable_names(*dm).count("f32_window"));
   EXPECT_FALSE(t->initial_params(*dm, chip).contains("f32_window"));
 }
 
@@ -170,18 +173,12 @@ TEST(ConvGemm, TransposedConvAndPrologue) {
   EXPECT_NE(m->summary.find("before as jnp"), std::string::npos) << m->summary;
 }
 
-// The graph holds explicit pads. Where they also equal what SAME gives at these sizes and a
-// dim is strided, the two readings part at other sizes (the tester's ragged ones): a
-// symmetric split is the constant padding written out (VALID, PyTorch's padding=p); an
-// asymmetric one is SAME, recomputed from the input size at trace time.
 TEST(ConvGemm, TransposedConvPhasesInOneStepWhenTheyFit) {
   auto g = load("conv_transpose_relu");
   auto m = conv_match(g);
   ASSERT_TRUE(m);
   auto t = mx::find_template("conv_gemm");
-  std::set<std::string> names;
-  for (const auto& u : t->tunables(*m))
-    names.insert(u.name);
+  auto names = tunable_names(*m);
   EXPECT_TRUE(names.count("phases_in_step"));
   // its phases read a row before the input ("SAME", 4x4 stride 2): padded in VMEM or in HBM
   EXPECT_TRUE(names.count("pad_in_kernel"));
@@ -204,8 +201,7 @@ TEST(ConvGemm, TransposedConvPhasesInOneStepWhenTheyFit) {
   auto dense = load("nhwc_bias_relu_pool");
   auto dm = conv_match(dense);
   ASSERT_TRUE(dm);
-  for (const auto& u : t->tunables(*dm))
-    EXPECT_NE(u.name, "phases_in_step");
+  EXPECT_FALSE(tunable_names(*dm).count("phases_in_step"));
 }
 
 TEST(ConvGemm, StridedDepthwiseIsPaddedInVmemWithItsF32Window) {
@@ -213,9 +209,7 @@ TEST(ConvGemm, StridedDepthwiseIsPaddedInVmemWithItsF32Window) {
   auto m = conv_match(g);
   ASSERT_TRUE(m);
   auto t = mx::find_template("conv_gemm");
-  std::set<std::string> names;
-  for (const auto& u : t->tunables(*m))
-    names.insert(u.name);
+  auto names = tunable_names(*m);
   // the f32 window is read with the stride in VMEM: the input is not split into phases in
   // HBM, so its padding can be done in VMEM too
   EXPECT_TRUE(names.count("f32_window"));
@@ -234,6 +228,10 @@ TEST(ConvGemm, StridedDepthwiseIsPaddedInVmemWithItsF32Window) {
     EXPECT_TRUE(t->render(*m, mv.params, src, err)) << mv.name << ": " << err;
 }
 
+// The graph holds explicit pads. Where they also equal what SAME gives at these sizes and a
+// dim is strided, the two readings part at other sizes (the tester's ragged ones): a
+// symmetric split is the constant padding written out (VALID, PyTorch's padding=p); an
+// asymmetric one is SAME, recomputed from the input size at trace time.
 TEST(ConvGemm, StridedPadsAreSameOnlyWhenTheirSplitIsUneven) {
   auto v = load("patch4_valid");
   auto m = conv_match(v);
