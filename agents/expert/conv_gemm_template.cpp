@@ -803,6 +803,7 @@ public:
     std::vector<int64_t> q, tiles, halo;
     std::vector<int64_t> ts;  // rows between a tap's rows in the window (the stride, unsplit)
     int64_t sub = 8, tn = 0, tk = 0, nk = 1, rows = 1;
+    int64_t bn = 1;  // images per grid step
     bool depthwise = false;
     bool inpad = false;  // zero padding done in VMEM (a padded window scratch)
   };
@@ -937,6 +938,7 @@ public:
       p.tn = p.cout;
     p.tk = p.depthwise ? p.tn : effective_block(p.ck, 128, params.value("block_k", p.ck));
     p.nk = p.depthwise ? 1 : p.ck / std::max<int64_t>(p.tk, 1);
+    p.bn = effective_block(p.n, 1, params.value("block_b", int64_t{1}));
     p.inpad = pads_in_kernel(geo, params, fold);
     return p;
   }
@@ -996,6 +998,7 @@ public:
         p["block_n"] = effective_block(cout, 128, 2 * lane_pref);
     }
     p["grid_order"] = "spatial_outer";
+    p["block_b"] = 1;  // one image per step; the search batches small ones
     if (geo["x_dtype"] == "float32")
       p["mxu_bf16"] = false;
     else if (depthwise)
@@ -1119,6 +1122,10 @@ public:
       ts.push_back({"grid_order", tunable::kind::choice, 0, 1, -1, 0, false,
                     {"spatial_outer", "cout_outer"},
                     "output-channel tiles inside (weights re-read) or outside (input re-read)"});
+    // images per grid step: for small images, fewer steps (each step costs ~0.35 us)
+    if (geo["n"].get<int64_t>() > 1)
+      ts.push_back({"block_b", tunable::kind::block, geo["n"].get<int64_t>(), 1, axis_of("n"), 0,
+                    false, {}, "images per grid step"});
     if (plan0.p_out > 1)
       ts.push_back({"phases_in_step", tunable::kind::choice, 0, 1, -1, 0, false, {true, false},
                     "all output phases of the transposed conv in one grid step (the input "
@@ -1161,15 +1168,18 @@ public:
       out += rows * lanes(p.tn) * dtype_bytes(od);
       ++k;
     }
-    // all of a transposed conv's phases in one step: their weights, tiles and sums together
+    // all of a transposed conv's phases in one step: their weights, tiles and sums together;
+    // block_b images: their windows, tiles and sums
     int64_t phases = p.p_out > 1 && flag(params, "phases_in_step") ? p.p_out : 1;
     taps_w *= phases;
-    out *= phases;
-    int64_t acc = p.nk > 1 ? phases * p.rows * lanes(p.tn) * 4 : 0;
-    // the padded window next to the (unpadded) input window; in f32 with f32_window
+    out *= phases * p.bn;
+    int64_t acc = p.nk > 1 ? p.bn * phases * p.rows * lanes(p.tn) * 4 : 0;
+    // the padded window next to the (unpadded) input window, one for the step's images; in
+    // f32 with f32_window
     bool wide = p.depthwise && xb < 4 && flag(params, "f32_window");
     if (p.inpad || wide)
       acc += wide ? window / xb * 4 : window;
+    window *= p.bn;
     // the tap products and the epilogue's temporaries: a few f32 tiles
     int64_t group = p.depthwise ? 1 : std::max<int64_t>(1, params.value("tap_group", 1));
     int64_t temps = 3 * p.rows * lanes(p.tn) * 4 + p.rows * lanes(group * p.tk) * xb;

@@ -366,3 +366,40 @@ def test_strided_depthwise_reads_strided_rows_in_vmem(tmp_path):
         x_block = result["pallas_calls"][0]["operands"][0]["block_shape"]
         phases[json.dumps(params)] = x_block[1]
     assert list(phases.values()) == [1, 1, 4], phases
+
+
+def test_several_images_per_grid_step(tmp_path):
+    # block_b images per step, each with its own per-image leaf (a time embedding added per
+    # image and channel), its own sums over two K steps, and a transposed conv's phases
+    # written phase-major (8 channels: not in place) or in place, one step or four
+    temb = write_spec(tmp_path, "temb", "{B: 4, H: 6, W: 8, CI: 256, CO: 128}", [
+        "{name: x, shape: [B, H, W, CI], dtype: bfloat16}",
+        "{name: w, shape: [3, 3, CI, CO], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+        "{name: t, shape: [B, CO], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, t):
+            y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                             preferred_element_type=jnp.float32)
+            return jax.nn.silu(y + t[:, None, None, :]).astype(x.dtype)
+        """)
+    narrow = write_spec(tmp_path, "convt_narrow", "{B: 4, H: 4, W: 4, CI: 16, CO: 8}", [
+        "{name: x, shape: [B, H, W, CI], dtype: float32}",
+        "{name: w, shape: [4, 4, CI, CO], dtype: float32, generator: {normal: {mean: 0, std: 0.1}}}"],
+        """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w):
+            return jax.nn.relu(jax.lax.conv_transpose(x, w, (2, 2), "SAME",
+                                                      dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        """)
+    for spec, params in ((temb, {"block_b": 2, "block_k": 128}),
+                         (temb, {"block_b": 4, "block_k": 256}),
+                         (narrow, {"block_b": 2, "phases_in_step": True}),
+                         (narrow, {"block_b": 4, "phases_in_step": False})):
+        _, result, _ = template_cli.template_and_check(tmp_path, spec, "conv_gemm", params)
+        call = result["pallas_calls"][0]
+        x_block = call["operands"][0]["block_shape"]
+        assert x_block[0] == params["block_b"], (params, call)
+        assert 4 // params["block_b"] in call["grid"], (params, call)

@@ -18,6 +18,8 @@
 # each phase's tile is written straight to its rows and columns of the result. Unpooled
 # outputs of 2-D and 3-D convs are the exact arrays (a ragged last row tile is clipped by
 # Pallas, the padded last dim dropped in VMEM), so nothing slices them after the call.
+# With `block_b`, a grid step takes several images (each through the same body in turn):
+# fewer, larger steps for small images.
 # When the output layout puts channels first, tiles are computed (channels, positions) and
 # stored in that layout; a pointwise conv on channels-first input reads it as it is. The
 # fused epilogue (generated from the reference's per-position ops: bias, batchnorm,
@@ -230,6 +232,30 @@ def _pool_plan(pool, tiles, q, qp, sub, ntiles):
 
 
 def _kernel(*refs, cfg):
+    """One grid step: block_b images, one after the other, each through _image with its
+    views of the refs that have an image axis (the padded window and pool scratch are
+    shared, each image has its own accumulator)."""
+    bn = cfg["bn"]
+    if bn == 1:
+        _image(refs, cfg, 0)
+        return
+    nl, no = len(LEAVES), len(OUTS)
+    leaf_refs, out_refs = refs[2:2 + nl], refs[2 + nl:2 + nl + no]
+    scratch = list(refs[2 + nl + no:])
+    acc_at = (1 if cfg["inpad"] else 0) + (1 if cfg["upcast"] and not cfg["inpad"] else 0)
+    for b in range(bn):
+        def at(ref, axis, b=b):
+            return ref if axis is None else ref.at[(slice(None),) * axis + (b,)]
+
+        sc = list(scratch)
+        if cfg["nk"] > 1:
+            sc[acc_at] = sc[acc_at].at[b]
+        _image([refs[0].at[b], refs[1]]
+               + [at(r, a) for r, a in zip(leaf_refs, cfg["leaf_n"])]
+               + [at(r, a) for r, a in zip(out_refs, cfg["out_n"])] + sc, cfg, b)
+
+
+def _image(refs, cfg, img):
     d, taps, tiles, nk = cfg["d"], cfg["taps"], cfg["tiles"], cfg["nk"]
     nl, no = len(LEAVES), len(OUTS)
     x_ref, w_ref = refs[0], refs[1]
@@ -334,7 +360,7 @@ def _kernel(*refs, cfg):
                 v = v.reshape(rows, v.shape[-1])
                 v = _t(v) if cm else v
             leaves.append(v)
-        offsets = (pl.program_id(pos["n"]), 0, pl.program_id(pos["j"]) * tn)
+        offsets = (pl.program_id(pos["n"]) * cfg["bn"] + img, 0, pl.program_id(pos["j"]) * tn)
         vals = _epilogue(y, leaves, offsets, cfg["extents"])
         si = 0
         for o, ref, v, pplan in zip(OUTS, out_refs, vals, cfg["pools"]):
@@ -627,6 +653,9 @@ def _conv_gemm(lhs, rhs, leaves):
     if EPI_NEEDS_ALL_CHANNELS:
         tn = cout
     nj = cout // tn
+    # images per grid step (block_b): fewer, larger steps for small images
+    bn = _divisor_tile(n, int(PARAMS.get("block_b", 1)), 1)
+    nb = None if bn == 1 else bn
     # All of a transposed conv's phases in one grid step (their weights and output tiles in
     # VMEM together): the input window is read once, not once per phase.
     all_phases = p_out > 1 and bool(PARAMS.get("phases_in_step", False))
@@ -641,7 +670,7 @@ def _conv_gemm(lhs, rhs, leaves):
     if PARAMS.get("grid_order", "spatial_outer") == "cout_outer":
         names = ["p", "j", "n"] + ["s%d" % i for i in range(dd)] + ["k"]
     pos = {a: names.index(a) for a in names}
-    extent = dict(p=1 if all_phases else p_out, n=n, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
+    extent = dict(p=1 if all_phases else p_out, n=n // bn, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
     grid = tuple(extent[a] for a in names)
 
     def sp(g):
@@ -663,18 +692,19 @@ def _conv_gemm(lhs, rhs, leaves):
         return g[pos["j"]] if width > 1 else 0
 
     if cm_in:
-        x_spec = pl.BlockSpec((None, tk, rows), lambda *g: (g[pos["n"]], g[pos["k"]], g[pos["s0"]]))
+        x_spec = pl.BlockSpec((nb, tk, rows), lambda *g: (g[pos["n"]], g[pos["k"]], g[pos["s0"]]))
     else:
         def x_map(*g):
             c0 = g[pos["j"]] * tn if depthwise else g[pos["k"]] * tk
             if inpad:
                 rows0 = tuple(jnp.clip(s * tiles[i] * ts[i] - vpads[i][0], 0, have[i] - ewin[i])
                               for i, s in enumerate(sp(g)[:d - 1])) + (0,)
-                return (g[pos["n"]], 0) + rows0 + (c0,)
-            return (g[pos["n"]], 0) + tuple(s * tiles[i] * ts[i]
+                return (g[pos["n"]] * bn, 0) + rows0 + (c0,)
+            return (g[pos["n"]] * bn, 0) + tuple(s * tiles[i] * ts[i]
                                             for i, s in enumerate(sp(g))) + (c0,)
 
-        x_spec = pl.BlockSpec((None, pl.Element(x.shape[1]))
+        # element offsets on every dim (the window's halo), images too when several
+        x_spec = pl.BlockSpec((None if bn == 1 else pl.Element(bn), pl.Element(x.shape[1]))
                               + tuple(pl.Element(ewin[i] if inpad else window[i])
                                       for i in range(d))
                               + (pl.Element(tk),), x_map)
@@ -689,6 +719,7 @@ def _conv_gemm(lhs, rhs, leaves):
     rm_order = ["n"] + ["s%d" % i for i in range(d)] + ["c"]
     cm_order = ["n", "c"] + ["s%d" % i for i in range(d)]
     in_specs, leaf_arrays = [x_spec, w_spec], []
+    leaf_n, out_n = [], []    # where each leaf's and output's image axis is in the kernel
     for spec, v in zip(LEAVES, leaves):
         width = cout if "c" in spec["roles"] else 1
         lw = tn if width > 1 else 1
@@ -705,11 +736,11 @@ def _conv_gemm(lhs, rhs, leaves):
             arr = jnp.broadcast_to(arr, (n, width))
             if cm:
                 arr = arr.reshape(n, width, 1)
-                bs = pl.BlockSpec((None, lw, 1),
+                bs = pl.BlockSpec((nb, lw, 1),
                                   lambda *g, width=width: (g[pos["n"]], chan(width, g), 0))
             else:
                 arr = arr.reshape(n, 1, width)
-                bs = pl.BlockSpec((None, 1, lw),
+                bs = pl.BlockSpec((nb, 1, lw),
                                   lambda *g, width=width: (g[pos["n"]], 0, chan(width, g)))
         elif cm_out:
             arr = _to_order(v, spec["roles"], sizes, cm_order)
@@ -717,18 +748,20 @@ def _conv_gemm(lhs, rhs, leaves):
             if not cm_in:
                 arr = _pad_to(arr, (n, width) + tuple(qp))
             arr = arr.reshape(1, n, width, math.prod(qp))
-            bs = pl.BlockSpec((None, None, lw, rows),
+            bs = pl.BlockSpec((None, nb, lw, rows),
                               lambda *g, width=width: (0, g[pos["n"]], chan(width, g),
                                                        g[pos["s0"]]))
         else:
             arr = _to_order(v, spec["roles"], sizes, rm_order)
             arr = jnp.broadcast_to(arr, (n,) + tuple(outs) + (width,))
             arr = _phase_major(arr, lph, q, qp)
-            bs = pl.BlockSpec((pblk, None) + tuple(tiles) + (lw,),
+            bs = pl.BlockSpec((pblk, nb) + tuple(tiles) + (lw,),
                               lambda *g, width=width: (ph(g), g[pos["n"]]) + sp(g)
                               + (chan(width, g),))
         leaf_arrays.append(arr)
         in_specs.append(bs)
+        leaf_n.append(None if spec["kind"] == "row"
+                      else 1 if spec["kind"] == "full" and not cm_out and all_phases else 0)
 
     out_shapes, out_specs, pools, scratch = [], [], [], []
     exact = d >= 2 and p_out == 1 and not transposed
@@ -737,8 +770,8 @@ def _conv_gemm(lhs, rhs, leaves):
     elif upcast:
         scratch.append(pltpu.VMEM((x.shape[1],) + tuple(window) + (tk,), jnp.float32))
     if nk > 1:
-        scratch.append(pltpu.VMEM(((p_out,) if all_phases else ()) + ((tn, rows) if cm else (rows, tn)),
-                                  jnp.float32))
+        scratch.append(pltpu.VMEM(((bn,) if bn > 1 else ()) + ((p_out,) if all_phases else ())
+                                  + ((tn, rows) if cm else (rows, tn)), jnp.float32))
     pool_scratch = []
     for o, pool in zip(OUTS, pool_at):
         width = cout if o["chan"] else 1
@@ -749,8 +782,9 @@ def _conv_gemm(lhs, rhs, leaves):
         pools.append(pplan)
         if cm_out and o["pool"] is None:
             out_shapes.append(jax.ShapeDtypeStruct((1, n, width, math.prod(qp)), o["dtype"]))
+            out_n.append(0)
             out_specs.append(pl.BlockSpec(
-                (None, None, lw, rows),
+                (None, nb, lw, rows),
                 lambda *g, width=width: (0, g[pos["n"]], chan(width, g), g[pos["s0"]])))
             continue
         if pplan is None and in_place and o["chan"] and o["pool"] is None:
@@ -763,8 +797,9 @@ def _conv_gemm(lhs, rhs, leaves):
                 (n,) + sum(((q[i], lph[i]) for i in range(d - 1)), ()) + (q[-1], lph[-1] * width),
                 o["dtype"]))
             ls = lph if all_phases else [None] * d
+            out_n.append(0)
             out_specs.append(pl.BlockSpec(
-                (None,) + sum(((tiles[i], ls[i]) for i in range(d - 1)), ())
+                (nb,) + sum(((tiles[i], ls[i]) for i in range(d - 1)), ())
                 + (q[-1], lw * (lph[-1] if all_phases else 1)), spatial_map))
             continue
         if pplan is None and exact:
@@ -778,8 +813,9 @@ def _conv_gemm(lhs, rhs, leaves):
             blk = tuple(pp[5] for pp in pplan)
             pool_scratch.append(pltpu.VMEM(tuple(pp[6] for pp in pplan) + (lw,), jnp.float32))
         out_shapes.append(jax.ShapeDtypeStruct((p_out, n) + ext + (width,), o["dtype"]))
+        out_n.append(1 if all_phases else 0)
         out_specs.append(pl.BlockSpec(
-            (pblk, None) + blk + (lw,),
+            (pblk, nb) + blk + (lw,),
             lambda *g, width=width: (ph(g), g[pos["n"]]) + sp(g) + (chan(width, g),)))
     scratch += pool_scratch
 
@@ -788,7 +824,7 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group, upcast=upcast, ts=ts if not cm_in else [1] * d, all_phases=all_phases, in_place=in_place,
+               tap_group=group, upcast=upcast, bn=bn, leaf_n=leaf_n, out_n=out_n, ts=ts if not cm_in else [1] * d, all_phases=all_phases, in_place=in_place,
                lph=lph, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
                window=window if not cm_in else None,

@@ -228,6 +228,22 @@ TEST(ConvGemm, StridedDepthwiseIsPaddedInVmemWithItsF32Window) {
     EXPECT_TRUE(t->render(*m, mv.params, src, err)) << mv.name << ": " << err;
 }
 
+TEST(ConvGemm, SeveralImagesPerStepCostTheirWindowsAndTiles) {
+  auto g = load("nhwc_bias_relu_pool");
+  auto m = conv_match(g);
+  ASSERT_TRUE(m);
+  auto t = mx::find_template("conv_gemm");
+  EXPECT_TRUE(tunable_names(*m).count("block_b"));
+  auto chip = v6e();
+  auto p = t->initial_params(*m, chip);
+  EXPECT_EQ(p.value("block_b", 0), 1) << p.dump();
+  auto two = p;
+  two["block_b"] = 2;
+  // the padded window is one scratch for the step's images; the rest doubles
+  EXPECT_GT(t->vmem_bytes(*m, two), t->vmem_bytes(*m, p));
+  EXPECT_LT(t->vmem_bytes(*m, two), 2 * t->vmem_bytes(*m, p));
+}
+
 // The graph holds explicit pads. Where they also equal what SAME gives at these sizes and a
 // dim is strided, the two readings part at other sizes (the tester's ragged ones): a
 // symmetric split is the constant padding written out (VALID, PyTorch's padding=p); an
