@@ -1057,6 +1057,9 @@ public:
       if (vmem_bytes(m, p) > budget)
         p["phases_in_step"] = false;
     }
+    // Stated, so that the choice offers the other value rather than this one again.
+    if (pads_in_kernel(geo, p, p.value("fold", 0)))
+      p["pad_in_kernel"] = true;
     // Past the scoped default but within the core: raise the limit.
     auto need = vmem_bytes(m, p);
     if (need > budget)

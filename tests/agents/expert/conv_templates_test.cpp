@@ -134,6 +134,11 @@ TEST(ConvGemm, DepthwiseLayernormNeedsAllChannels) {
   auto chip = v6e();
   auto p = t->initial_params(*m, chip);
   EXPECT_EQ(p.value("f32_window", false), true) << p.dump();
+  // padded in VMEM, said so: the choice of padding offers HBM, not VMEM again (a kernel
+  // the search has under another name)
+  EXPECT_EQ(p.value("pad_in_kernel", false), true) << p.dump();
+  for (const auto& mv : mx::playbook_moves(*t, *m, p, chip, nullptr, {}))
+    EXPECT_NE(mv.params, p) << mv.name;
   auto per_tap = p;
   per_tap["f32_window"] = false;
   EXPECT_GT(t->vmem_bytes(*m, p), t->vmem_bytes(*m, per_tap));
