@@ -670,7 +670,8 @@ def _conv_gemm(lhs, rhs, leaves):
     if PARAMS.get("grid_order", "spatial_outer") == "cout_outer":
         names = ["p", "j", "n"] + ["s%d" % i for i in range(dd)] + ["k"]
     pos = {a: names.index(a) for a in names}
-    extent = dict(p=1 if all_phases else p_out, n=n // bn, j=nj, k=nk, **{"s%d" % i: ntiles[i] for i in range(dd)})
+    extent = dict(p=1 if all_phases else p_out, n=n // bn, j=nj, k=nk,
+                  **{"s%d" % i: ntiles[i] for i in range(dd)})
     grid = tuple(extent[a] for a in names)
 
     def sp(g):
@@ -824,7 +825,8 @@ def _conv_gemm(lhs, rhs, leaves):
         mxu = jnp.bfloat16
     group = max(1, int(PARAMS.get("tap_group", 1)))
     cfg = dict(d=d, taps=taps, tiles=tiles, nk=nk, pos=pos, tn=tn, depthwise=depthwise,
-               tap_group=group, upcast=upcast, bn=bn, leaf_n=leaf_n, out_n=out_n, ts=ts if not cm_in else [1] * d, all_phases=all_phases, in_place=in_place,
+               tap_group=group, upcast=upcast, bn=bn, leaf_n=leaf_n, out_n=out_n,
+               ts=ts if not cm_in else [1] * d, all_phases=all_phases, in_place=in_place,
                lph=lph, rows=rows, cm=cm, cm_in=cm_in, cm_out=cm_out,
                inpad=inpad, pad_classes=pad_classes if inpad else None, ntiles=ntiles,
                window=window if not cm_in else None,
