@@ -1,5 +1,6 @@
 #include "cli/template_command.hpp"
 
+#include "agents/expert/param_check.hpp"
 #include "agents/expert/playbook.hpp"
 #include "agents/expert/template_registry.hpp"
 #include "cli/node_evaluation.hpp"
@@ -85,6 +86,10 @@ int run_template(const template_options& opts) {
     auto params = chosen->tmpl->initial_params(chosen->match, chip);
     for (const auto& [k, v] : overrides.items())
       params[k] = v;
+    if (!ex::check_param_types(*chosen->tmpl, chosen->match, params, error)) {
+      std::cerr << "error: --params: " << error << "\n";
+      return 2;
+    }
     auto vmem = chosen->tmpl->vmem_bytes(chosen->match, params);
     human << fmt::format("{}: params {}  VMEM {:.1f} MiB (scoped limit {:.1f} MiB)\n",
                          chosen->tmpl->name(), params.dump(), vmem / 1048576.0,

@@ -1,6 +1,7 @@
 #include "agents/expert/expert_brains.hpp"
 
 #include "agents/expert/move_evidence.hpp"
+#include "agents/expert/param_check.hpp"
 #include "agents/expert/playbook.hpp"
 #include "agents/expert/repair_rules.hpp"
 #include "agents/expert/template_registry.hpp"
@@ -265,6 +266,8 @@ public:
     auto changes = params_json(step.getChanges());
     for (const auto& [k, v] : changes.items())
       params[k] = v;
+    if (std::string why; !check_param_types(*t, m, params, why))
+      return brain_status::fail(error_code::bad_input, tname + ": " + why);
     if (!fit_vmem(*t, m, params, chip))
       return brain_status::fail(
         error_code::bad_input,

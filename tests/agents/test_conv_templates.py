@@ -403,3 +403,24 @@ def test_several_images_per_grid_step(tmp_path):
         x_block = call["operands"][0]["block_shape"]
         assert x_block[0] == params["block_b"], (params, call)
         assert 4 // params["block_b"] in call["grid"], (params, call)
+
+
+def test_params_of_the_wrong_type_exit_2_naming_the_parameter(tmp_path):
+    spec = write_spec(tmp_path, "dw_bad", "{B: 2, H: 8, W: 8, C: 128}", [
+        "{name: x, shape: [B, H, W, C], dtype: bfloat16}",
+        "{name: dw, shape: [3, 3, 1, C], dtype: bfloat16}"], """
+        import jax
+
+        def reference(x, dw):
+            return jax.lax.conv_general_dilated(
+                x, dw, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=x.shape[-1])
+        """)
+    out = tmp_path / "k.py"
+    for params, name in (('{"block_b": "x"}', "block_b"), ('{"block_s0": 0}', "block_s0"),
+                         ('{"f32_window": "yes"}', "f32_window"),
+                         ('{"vmem_limit_bytes": -1}', "vmem_limit_bytes")):
+        r = run("template", spec, "--name", "conv_gemm", "--params", params, "--out", out)
+        assert r.returncode == 2, (params, r.returncode, r.stderr)
+        assert name in r.stderr and "internal error" not in r.stderr, r.stderr
+        assert not out.exists()

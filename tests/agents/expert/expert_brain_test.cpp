@@ -496,6 +496,16 @@ TEST(ExpertImplementer, MovesApplyToTheParentsParams) {
   EXPECT_EQ(p["block_rows"], params_of(parent)["block_rows"]);
   EXPECT_EQ(std::string(c.getParentId().cStr()), std::string(parent.getId().cStr()));
   EXPECT_NE(std::string(c.getSource().cStr()).find("cols // bc, rows // br"), std::string::npos);
+  // A value of the wrong type (an operator's edit, say) is refused by name, not thrown.
+  for (const char* bad : {"\"wide\"", "-4"}) {
+    ch.setName("block_rows");
+    ch.setValue(bad);
+    capnp::MallocMessageBuilder rm3;
+    auto s = ex::make_expert_implementer(templates())->implement(
+      req.asReader(), rm3.initRoot<schema::ImplementReply>());
+    EXPECT_EQ(s.code, messages::error_code::bad_input) << bad;
+    EXPECT_NE(s.message.find("block_rows"), std::string::npos) << s.message;
+  }
   // A move without a template parent is refused.
   req.setHasParent(false);
   capnp::MallocMessageBuilder rm2;
