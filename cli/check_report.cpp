@@ -4,7 +4,6 @@
 #include "cli/profile_report.hpp"
 #include "messages/version.hpp"
 
-#include <capnp/schema.h>
 #include <fmt/format.h>
 
 #include <map>

@@ -112,16 +112,13 @@ int run_model(const model_options& opts) {
     } else {
       // the table says which phase failed; the message (a traceback's last line, often
       // long) goes below it whole
-      std::string phase = "no profile", message = failure_of(k);
-      for (auto p : k.getPhases())
-        if (p.getStatus() == schema::Status::FAILED) {
-          phase = fmt::format("{} failed [{}]", enum_name(p.getPhase()),
-                              enum_name(p.getErrorClass()));
-          break;
-        }
+      std::string phase = "no profile";
+      if (auto p = failed_phase(k))
+        phase = fmt::format("{} failed [{}]", enum_name(p->getPhase()),
+                            enum_name(p->getErrorClass()));
       human << fmt::format("  {:<6} {:>14} {:>14} {:>9} {:>9} {:<9} {}\n", chip, "-", "-", "-",
                            "-", "-", phase);
-      details += fmt::format("  {}: {}: {}\n", chip, phase, message);
+      details += fmt::format("  {}: {}: {}\n", chip, phase, failure_of(k));
     }
   }
   human << details << fmt::format("all times modeled unless marked measured ({} of {} answered "

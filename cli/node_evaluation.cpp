@@ -33,11 +33,16 @@ evaluated evaluate(node_session& session, schema::KernelSpec::Reader spec,
   return out;
 }
 
-std::string failure_of(schema::EvalResult::Reader r) {
+std::optional<schema::PhaseResult::Reader> failed_phase(schema::EvalResult::Reader r) {
   for (auto p : r.getPhases())
     if (p.getStatus() == schema::Status::FAILED)
-      return p.getMessage().cStr();
-  return "no profile";
+      return p;
+  return std::nullopt;
+}
+
+std::string failure_of(schema::EvalResult::Reader r) {
+  auto p = failed_phase(r);
+  return p ? p->getMessage().cStr() : "no profile";
 }
 
 std::string reference_hangs(schema::KernelSpec::Reader spec, const node_session& session,

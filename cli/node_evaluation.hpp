@@ -45,6 +45,9 @@ reference_times time_reference_and_baseline(node_session& session, schema::Kerne
 int analyze_reference(node_session& session, schema::KernelSpec::Reader spec,
                       std::optional<messages::decoded_message>& graph, std::string& error);
 
+// The first phase of an evaluation that failed, if one did.
+std::optional<schema::PhaseResult::Reader> failed_phase(schema::EvalResult::Reader result);
+
 // Why an evaluation has no profile, from its failed phase.
 std::string failure_of(schema::EvalResult::Reader result);
 
