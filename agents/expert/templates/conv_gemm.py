@@ -374,16 +374,14 @@ def _image(refs, cfg, img):
             v = jnp.broadcast_to(v, (rows, width)) if v.shape != (rows, width) else v
             if pplan is None:
                 v = v.reshape(tuple(tiles) + (width,))
-                if cfg["in_place"] and o["chan"] and o["pool"] is None:
-                    v = v[..., :cfg["q"][-1], :]   # the exact output: the padding stays here
-                    if all_phases:                 # phase p's rows and channel block
-                        r = np.unravel_index(p, cfg["lph"])
-                        idx = sum(((slice(None), int(r[i])) for i in range(d - 1)), ())
-                        ref[idx + (slice(None), pl.ds(int(r[-1]) * width, width))] = \
-                            v.astype(ref.dtype)
-                        continue
-                elif ref.shape[-2] < tiles[-1]:    # the exact output: the padding stays here
+                if ref.shape[-2] < tiles[-1]:      # the exact output: the padding stays here
                     v = v[..., :ref.shape[-2], :]
+                if all_phases and cfg["in_place"] and o["chan"] and o["pool"] is None:
+                    r = np.unravel_index(p, cfg["lph"])   # phase p's rows and channel block
+                    idx = sum(((slice(None), int(r[i])) for i in range(d - 1)), ())
+                    ref[idx + (slice(None), pl.ds(int(r[-1]) * width, width))] = \
+                        v.astype(ref.dtype)
+                    continue
                 if all_phases:
                     ref[p] = v.astype(ref.dtype)
                 else:
