@@ -511,6 +511,16 @@ public:
                        : prog.reduced[2] ? (prog.streamable ? "stream" : "row")
                                          : "tile";
     bool full_m = prog.reduced[1];
+    // Group mode with lane-aligned groups (a norm per 128-wide head): a column block may hold
+    // several whole groups, the epilogue running on each group's lane-aligned slice, so the
+    // dot is as wide as the MXU instead of one group. Only when every output spans the groups
+    // (a per-row output would be written once per group).
+    bool group_blocks = false;
+    if (n_split && space[3].extent() % 128 == 0 && space[2].extent() > 1) {
+      group_blocks = true;
+      for (auto& o : prog.outputs)
+        group_blocks = group_blocks && o.present[3];
+    }
 
     // Wrapper: sizes, canonical operands, extras.
     std::vector<std::string> bexprs = space[0].factor_exprs, mexprs = space[1].factor_exprs,
@@ -594,6 +604,7 @@ public:
                    {"pool", pool},
                    {"pool_outer", pool_outer},
                    {"extra_pooled", extra_pooled},
+                   {"group_blocks", group_blocks},
                    {"mat_segments", mat_segment},
                    {"transcendentals", prog.transcendentals}};
     std::string code = prog.code;
@@ -627,9 +638,13 @@ public:
     };
     blocks b;
     b.bm = c["full_m"].get<bool>() ? M : effective_block(M, c["align"][0], get("block_m", 512));
-    b.bn = c["mode"] == "row"     ? N
-           : c["mode"] == "group" ? s["NI"].get<int64_t>()
-                                  : effective_block(N, c["align"][1], get("block_n", 512));
+    int64_t ni = s["NI"].get<int64_t>();
+    b.bn = c["mode"] == "row" ? N
+           : c["mode"] == "group"
+               ? (c.value("group_blocks", false)
+                      ? effective_block(N, ni, std::max(ni, get("block_n", ni)))
+                      : ni)
+               : effective_block(N, c["align"][1], get("block_n", 512));
     b.bk = effective_block(K, c["align"][2], get("block_k", 512));
     return b;
   }
@@ -652,7 +667,10 @@ public:
         continue;
       int bytes = m.facts["extra_bytes"][i];
       std::string dt = bytes == 2 ? "bfloat16" : bytes == 1 ? "int8" : "float32";
-      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1, pres[2].get<bool>() ? b.bn : 1, dt);
+      bool inner = pres.size() > 3;  // one group, whichever column block
+      io += tile_bytes(pres[1].get<bool>() ? b.bm : 1,
+                       pres[2].get<bool>() ? (inner ? m.facts["sizes"]["NI"].get<int64_t>() : b.bn) : 1,
+                       dt);
     }
     int64_t pool = c.value("pool", int64_t{1});
     for (const auto& o : c["outputs"]) {
@@ -735,7 +753,9 @@ public:
     double best_cost = 0;
     for (const auto& order : orders)
       for (int64_t bm : ms)
-        for (int64_t bn : (mode == "row" || mode == "group" ? std::vector<int64_t>{512} : ns))
+        for (int64_t bn : (mode == "row" || (mode == "group" && !c.value("group_blocks", false))
+                               ? std::vector<int64_t>{512}
+                               : ns))
           for (int64_t bk : ks) {
             json p = {{"block_m", bm}, {"block_n", bn}, {"block_k", bk}};
             if (mode == "tile")
@@ -777,6 +797,10 @@ public:
                     mode == "stream", {},
                     mode == "stream" ? "columns per block (row statistics carried across)"
                                      : "columns of the output per block"});
+    if (mode == "group" && c.value("group_blocks", false))
+      ts.push_back({"block_n", tunable::kind::block, s["N"], s["NI"], 2, 0, false, {},
+                    "columns of the output per block: whole groups, each normalised on its "
+                    "own lane-aligned slice"});
     ts.push_back({"block_k", tunable::kind::block, s["K"], c["align"][2], 3, 0, true, {},
                   "contracted elements accumulated per grid step"});
     if (mode == "tile")

@@ -92,6 +92,35 @@ def test_batched_einsum_transposed_output_scalar_scale(tmp_path):
     assert "(km nk" in summary(matched, "matmul")
 
 
+def test_heads_normalised_on_their_slices_of_a_wide_block(tmp_path):
+    # a layer norm per 128-wide head with a per-head bias (ViT-22B's QK norm): two heads per
+    # column block, each normalised on its own slice with its own bias and the shared scale
+    spec = write_spec(tmp_path, "qknorm", "{M: 64, K: 256, H: 4, DH: 128}",
+                      ["{name: x, shape: [M, K], dtype: bfloat16}",
+                       "{name: w, shape: [K, H, DH], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+                       "{name: b, shape: [H, DH], dtype: bfloat16, generator: {normal: {mean: 0, std: 1.0}}}",
+                       "{name: s, shape: [DH], dtype: bfloat16, generator: {normal: {mean: 1, std: 0.5}}}"],
+                      """
+        import jax, jax.numpy as jnp
+
+        def reference(x, w, b, s):
+            q = jnp.einsum("mk,khd->mhd", x, w, preferred_element_type=jnp.float32)
+            q = q + b.astype(jnp.float32)
+            mu = q.mean(axis=-1, keepdims=True)
+            var = jnp.mean(jnp.square(q - mu), axis=-1, keepdims=True)
+            return ((q - mu) * jax.lax.rsqrt(var + 1e-6) * s.astype(jnp.float32)).astype(x.dtype)
+        """)
+    matched, result, source = template_and_check(tmp_path, spec, "matmul",
+                                                 {"block_m": 32, "block_n": 256, "block_k": 128})
+    assert "in group mode" in summary(matched, "matmul")
+    assert '"group_blocks":True' in source
+    call = result["pallas_calls"][0]
+    assert call["grid"] == [1, 2, 2, 2], call  # 4 heads in 2 column blocks of 2
+    shapes = [o["block_shape"] for o in call["operands"]]
+    assert [-1, 32, 256] in shapes and [-1, 1, 256] in shapes, shapes  # output, bias
+    assert [-1, 1, 128] in shapes, shapes  # the scale: one head's, every block
+
+
 def test_cross_entropy_streams_over_the_vocabulary(tmp_path):
     spec = write_spec(tmp_path, "ce", "{M: 64, K: 128, N: 512}",
                       ["{name: h, shape: [M, K], dtype: bfloat16}",

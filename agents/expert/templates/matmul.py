@@ -13,8 +13,9 @@ PARAMS = {{params}}
 # presence along (batch, M, N) (None: a scalar in SMEM), the outputs' presence and dtypes, the
 # epilogue mode (tile: elementwise only; row: a block holds whole rows of N; stream: row
 # statistics accumulated across N blocks; group: a block holds one group of NI columns, the
-# epilogue reducing within groups), and the alignment of (M, N, K) blocks. An extra marked
-# "inner" spans one group and is the same block for every column block. With pool > 1 the
+# epilogue reducing within groups; with group_blocks (NI lane-aligned) a block holds whole
+# groups and the epilogue runs on each group's slice), and the alignment of (M, N, K) blocks.
+# An extra marked "inner" spans one group and is the same block for every column block. With pool > 1 the
 # epilogue reduces groups of `pool` adjacent columns (maxout): it reads each column block
 # member-major (see _member_major) and its outputs are bn // pool wide. With pool_outer the
 # members are the OUTER factor of N (the gates of [K, G, N'] weights): member g of a column
@@ -64,8 +65,8 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
     bm = M if CFG["full_m"] else _fit(M, int(PARAMS["block_m"]), am)
     if mode == "row":
         bn = N
-    elif mode == "group":
-        bn = NI
+    elif mode == "group":  # whole groups: several when group_blocks, each on its own slice
+        bn = _fit(N, max(int(PARAMS.get("block_n", NI)), NI), NI) if CFG.get("group_blocks") else NI
     else:
         bn = _fit(N, int(PARAMS["block_n"]), an)
     Ks = tuple(K) if isinstance(K, (tuple, list)) else (K,)
@@ -136,7 +137,8 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
         members = range(pool) if outer and pres[2] and not pp else [None]
         extra_slots.append(list(range(len(in_specs), len(in_specs) + len(members))))
         for g in members:
-            in_specs.append(space_spec(pres, bw if pp or g is not None else bn, g))
+            cols = bw if pp or g is not None else NI if len(pres) > 3 else bn
+            in_specs.append(space_spec(pres, cols, g))
             in_arrays.append(x)
     out_specs, out_shape = [], []
     for pres, dt in CFG["outputs"]:
@@ -191,37 +193,45 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             def _segment(li=li, ri=ri, acc=acc):
                 accumulate(li, ri, acc)
 
-        def seeds():
+        # cols: the block's columns the epilogue sees (one group's lane-aligned slice)
+        def seeds(cols=slice(None)):
             vals = []
             for (_, _, scale), acc in zip(dots, acc_refs):
-                v = acc[...]
+                v = acc[:, cols]
                 vals.append(v * scale if scale != 1.0 else v)
             return vals
 
-        def extra_values():
+        def extra_values(cols=slice(None)):
             vals = []
             for slots, pres in zip(extra_slots, CFG["extras"]):
                 if pres is None:
                     vals.append(in_refs[slots[0]][0])
                 elif len(slots) == 1:
-                    vals.append(in_refs[slots[0]][...])
+                    spans = pres[2] and len(pres) <= 3  # not an inner (one-group) block
+                    vals.append(in_refs[slots[0]][:, cols] if spans else in_refs[slots[0]][...])
                 else:  # a member-outer block from its members' blocks
                     vals.append(jnp.concatenate([in_refs[s][...] for s in slots], axis=-1))
             return vals
 
         if mode == "group":
-            offsets = (b, i * bm, j, 0)
             extents = (B, M, N // NI, NI)
         else:
             offsets = (b, i * bm, j * bn)
             extents = (B, M, N)
 
-        def store(outs):
+        def store(outs, cols=slice(None)):
             for o, v in zip(out_refs, outs):
-                o[...] = jnp.broadcast_to(v, o.shape).astype(o.dtype)
+                shape = (o.shape[0], NI) if cols != slice(None) else o.shape
+                o[:, cols] = jnp.broadcast_to(v, shape).astype(o.dtype)
 
         @pl.when(k == nk - 1)
         def _epilogue():
+            if mode == "group":
+                for g in range(bn // NI):
+                    cols = slice(g * NI, (g + 1) * NI) if bn > NI else slice(None)
+                    offsets = (b, i * bm, j * (bn // NI) + g, 0)
+                    store(epilogue(seeds(cols), extra_values(cols), offsets, extents), cols)
+                return
             if mode != "stream":
                 store(epilogue(seeds(), extra_values(), offsets, extents))
                 return

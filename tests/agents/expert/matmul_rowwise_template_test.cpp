@@ -147,6 +147,49 @@ TEST(MatmulTemplate, TransposedWeightScalarAndRowOperands) {
   check_params_and_children("matmul", *m, "v5p");
 }
 
+// A norm per 128-wide head ("mk,khd->mhd"): a column block holds whole heads, so the dot is
+// as wide as the MXU; the VMEM estimate grows with the heads per block.
+TEST(MatmulTemplate, LaneAlignedHeadsShareAColumnBlock) {
+  auto t = load("headnorm_128");
+  auto m = match("matmul", t);
+  ASSERT_TRUE(m);
+  const auto& cfg = m->facts["config"];
+  EXPECT_EQ(cfg["mode"], "group");
+  EXPECT_TRUE(cfg["group_blocks"].get<bool>());
+  auto tmpl = mx::find_template("matmul");
+  bool found = false;
+  for (const auto& tu : tmpl->tunables(*m))
+    if (tu.name == "block_n") {
+      found = true;
+      EXPECT_EQ(tu.extent, 1024);  // 8 heads of 128
+      EXPECT_EQ(tu.align, 128);    // whole heads
+    }
+  EXPECT_TRUE(found);
+  auto params = tmpl->initial_params(*m, chip("v6e"));
+  EXPECT_GT(params["block_n"].get<int64_t>(), 128) << params.dump();  // the 256-wide MXU
+  auto one = params, four = params;
+  one["block_n"] = 128;
+  four["block_n"] = 512;
+  EXPECT_LT(tmpl->vmem_bytes(*m, one), tmpl->vmem_bytes(*m, four));
+  check_params_and_children("matmul", *m, "v6e");
+}
+
+// Heads of 64 lanes are not lane-aligned slices: one head per block, no block_n.
+TEST(MatmulTemplate, NarrowHeadsStayOnePerBlock) {
+  auto t = load("headnorm_64");
+  auto m = match("matmul", t);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->facts["config"]["mode"], "group");
+  EXPECT_FALSE(m->facts["config"]["group_blocks"].get<bool>());
+  auto tmpl = mx::find_template("matmul");
+  for (const auto& tu : tmpl->tunables(*m))
+    EXPECT_NE(tu.name, "block_n");
+  auto one = tmpl->initial_params(*m, chip("v6e")), four = one;
+  one["block_n"] = 64;
+  four["block_n"] = 256;
+  EXPECT_EQ(tmpl->vmem_bytes(*m, one), tmpl->vmem_bytes(*m, four));  // block_n is not used
+}
+
 TEST(MatmulTemplate, RenderNamesBadParams) {
   auto t = load("matmul_bias_gelu_softmax");
   auto m = match("matmul", t);

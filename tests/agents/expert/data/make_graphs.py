@@ -58,6 +58,13 @@ def gates_after_matmul(x, w, c):
     return jax.nn.sigmoid(g[:, 1]) * c + jnp.tanh(g[:, 0]) * g[:, 2]
 
 
+def headnorm_after_einsum(x, w, b):
+    q = jnp.einsum("mk,khd->mhd", x, w, preferred_element_type=f32) + b.astype(f32)
+    mu = q.mean(-1, keepdims=True)
+    var = jnp.mean(jnp.square(q - mu), -1, keepdims=True)
+    return ((q - mu) * jax.lax.rsqrt(var + 1e-6)).astype(x.dtype)
+
+
 # Sizes big enough that the templates have blocks to choose (and children to propose).
 CASES = {
     "matmul_bias_gelu_softmax": (matmul_bias_gelu_softmax,
@@ -76,6 +83,10 @@ CASES = {
     "residual_per_row_scalar": (residual_per_row_scalar,
                                 [S((512, 1024), bf16), S((2048, 1024), bf16),
                                  S((512, 2048), bf16), S((512,), f32), S((), f32)], ()),
+    "headnorm_128": (headnorm_after_einsum,
+                     [S((512, 1024), bf16), S((1024, 8, 128), bf16), S((8, 128), bf16)], ()),
+    "headnorm_64": (headnorm_after_einsum,
+                    [S((512, 1024), bf16), S((1024, 16, 64), bf16), S((16, 64), bf16)], ()),
 }
 
 if __name__ == "__main__":
