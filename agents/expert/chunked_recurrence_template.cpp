@@ -237,18 +237,34 @@ public:
     int64_t seq = m.facts["seq"], heads = m.facts["heads"];
     nlohmann::json p = {{"block_t", effective_block(seq, 128, 256)},
                         {"block_h", std::min<int64_t>(heads, 4)},
-                        // f32: bf16 decay-weighted operands miss a 1e-2 tolerance (tried)
-                        {"mxu_dtype", "float32"},
+                        // split_bf16: plain bf16 decay-weighted operands miss a 1e-2
+                        // tolerance (tried); f32 dots take 3 MXU passes, split ones 2
+                        {"mxu_dtype", "split_bf16"},
                         {"dimension_semantics", {"parallel", "parallel"}},
                         {"vmem_limit_bytes", chip.scoped_vmem_bytes}};
+    if (token_major(m))
+      p["x_layout"] = "in_place";
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes) * 3 / 4;
     for (int guard = 0; guard < 8 && vmem_bytes(m, p) > budget && p["block_h"].get<int64_t>() > 1; ++guard)
       p["block_h"] = p["block_h"].get<int64_t>() / 2;
     return p;
   }
 
+  // x stored [b, t, h, p]: a block can read it (and write y) in place, [L, heads * P].
+  static bool token_major(const template_match& m) {
+    return m.facts["x_perm"] == nlohmann::json{0, 1, 2, 3};
+  }
+
+  // Whether these params read x in place (chunked_recurrence.py's in_place): the block's
+  // heads must span whole 128-lane tiles, or be all of them.
+  static bool in_place(const template_match& m, const nlohmann::json& params, int64_t hb) {
+    int64_t heads = m.facts["heads"], p = m.facts["head_dim"];
+    return token_major(m) && params.value("x_layout", "in_place") == "in_place" &&
+           ((hb * p) % 128 == 0 || hb == heads);
+  }
+
   std::vector<tunable> tunables(const template_match& m) const override {
-    return {
+    std::vector<tunable> ts = {
         {"block_t", tunable::kind::block, m.facts["seq"], 128, 2, 0, true, {},
          "time steps per chunk (the state is carried between chunks)"},
         {"block_h", tunable::kind::block, m.facts["heads"], 1, 1, 0, false, {},
@@ -256,8 +272,16 @@ public:
         {"dimension_semantics", tunable::kind::choice, 0, 1, -1, 0, false,
          {nlohmann::json{"parallel", "parallel"}, nlohmann::json{"parallel", "arbitrary"}},
          "grid axes split across TensorCores"},
+        {"mxu_dtype", tunable::kind::choice, 0, 1, -1, 0, false, {"split_bf16", "float32"},
+         "the f32 operands of the per-head dots as two bf16 pieces, or as f32"},
         {"vmem_limit_bytes", tunable::kind::choice, 0, 1, -1, 0, false, {}, "scoped VMEM limit"},
     };
+    if (token_major(m))
+      ts.push_back({"x_layout", tunable::kind::choice, 0, 1, -1, 0, false,
+                    {"in_place", "transposed"},
+                    "x and y blocks of the token-major arrays (no copies around the kernel), or "
+                    "head-major copies (one head per sublane block)"});
+    return ts;
   }
 
   int64_t vmem_bytes(const template_match& m, const nlohmann::json& params) const override {
@@ -269,11 +293,14 @@ public:
       --hb;
     int64_t xb = dtype_bytes(m.facts["x_dtype"]), bb = dtype_bytes(m.facts["bc_dtype"]);
     int64_t lanes_p = std::max<int64_t>(p, 128);
-    int64_t blocks = 2 * (hb * L * lanes_p * xb        // x
+    // an x (and y) block: in place [L, hb * P] lanes, else hb blocks of [L, P]
+    int64_t x_elems = in_place(m, params, hb) ? L * ((hb * p + 127) / 128 * 128)
+                                              : hb * L * lanes_p;
+    int64_t blocks = 2 * (x_elems * xb                  // x
                           + 2 * L * std::max<int64_t>(n, 128) * bb   // B, C
                           + 2 * hb * 8 * L * 4          // two row vectors (sublane-padded)
                           + 2 * hb * L * 128 * 4        // two column vectors (lane-padded)
-                          + hb * L * lanes_p * dtype_bytes(m.facts["out_dtype"]));
+                          + x_elems * dtype_bytes(m.facts["out_dtype"]));
     int64_t scratch = hb * n * lanes_p * 4;
     int64_t temps = 4 * L * L * 4;  // C B^T, mask, decay, weighted matrix
     return blocks + scratch + temps;
@@ -286,9 +313,14 @@ public:
         error = std::string("param ") + b + " must be a positive integer";
         return false;
       }
+    if (params.contains("x_layout") && params["x_layout"] != "in_place" &&
+        params["x_layout"] != "transposed") {
+      error = "param x_layout must be in_place or transposed";
+      return false;
+    }
     auto mxu = params.value("mxu_dtype", std::string());
-    if (mxu != "bfloat16" && mxu != "float32") {
-      error = "param mxu_dtype must be bfloat16 or float32";
+    if (mxu != "bfloat16" && mxu != "float32" && mxu != "split_bf16") {
+      error = "param mxu_dtype must be bfloat16, float32 or split_bf16";
       return false;
     }
     if (!params.contains("vmem_limit_bytes") || !params["vmem_limit_bytes"].is_number()) {

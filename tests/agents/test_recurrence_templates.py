@@ -138,6 +138,16 @@ def test_ssd_chunked_einsums(tmp_path):
     assert "x=in0 dt=in1 A=in2 B=in3 C=in4 D=in5" in summary, summary
     # the kernel's chunk (128) differs from the reference's (64): the scan does not care
     assert "HAS_D = True" in source
+    # x [b, t, h, p] is read in place: blocks of [1, chunk, 2 heads * 64] in and out
+    assert '"x_layout":"in_place"' in source and '"mxu_dtype":"split_bf16"' in source
+    ops = result["pallas_calls"][0]["operands"]
+    assert [o["block_shape"] for o in ops if o["role"] == "output"] == [[1, 128, 128]], ops
+    # the same kernel with head-major copies of x and y, and f32 dots
+    _, result, source = template_and_check(tmp_path, spec, "chunked_recurrence",
+                                           {"block_t": 128, "block_h": 2,
+                                            "x_layout": "transposed", "mxu_dtype": "float32"})
+    ops = result["pallas_calls"][0]["operands"]
+    assert [o["block_shape"] for o in ops if o["role"] == "output"] == [[1, 2, 128, 64]], ops
 
 
 def test_ssd_head_major_matmuls(tmp_path):

@@ -45,8 +45,40 @@ def _permute(x, perm):
     return x if list(perm) == list(range(x.ndim)) else jnp.transpose(x, perm)
 
 
+def _parts(v):
+    """v as bf16 pieces that sum to it within ~2^-16: itself when it is bf16, else its bf16
+    rounding and the rounding's error."""
+    if v.dtype == jnp.bfloat16:
+        return [v]
+    hi = v.astype(jnp.bfloat16)
+    return [hi, (v.astype(jnp.float32) - hi.astype(jnp.float32)).astype(jnp.bfloat16)]
+
+
+def _dot(a, b, dims, mxu):
+    """a . b accumulated in f32 with the MXU fed `mxu` operands; split_bf16: each f32
+    operand as two bf16 pieces, the products of pieces kept where their error is above
+    ~2^-16 (2 passes against a bf16 operand where an f32 dot takes 3)."""
+    if mxu != "split_bf16":
+        dt = jnp.dtype(mxu)
+        return jax.lax.dot_general(a.astype(dt), b.astype(dt), (dims, ((), ())),
+                                   preferred_element_type=jnp.float32)
+    out = None
+    for i, pa in enumerate(_parts(a)):
+        for j, pb in enumerate(_parts(b)):
+            if i + j < 2:
+                t = jax.lax.dot_general(pa, pb, (dims, ((), ())),
+                                        preferred_element_type=jnp.float32)
+                out = t if out is None else out + t
+    return out
+
+
 def _ssd_kernel(d_ref, x_ref, b_ref, c_ref, cum_row_ref, cum_col_ref, dt_row_ref, w_col_ref,
-                y_ref, state_ref, *, block_h, chunk, num_heads, mxu):
+                y_ref, state_ref, *, block_h, chunk, num_heads, mxu, head_dim, in_place):
+    # in place: x and y blocks are [1, L, block_h * P] of the token-major arrays, head i at
+    # lanes [i P, (i + 1) P); else [1, block_h, L, P] of head-major copies
+    def head(ref, i):
+        return ref.at[0, :, pl.ds(i * head_dim, head_dim)] if in_place else ref.at[0, i]
+
     hb, ci = pl.program_id(1), pl.program_id(2)
 
     @pl.when(ci == 0)
@@ -61,29 +93,22 @@ def _ssd_kernel(d_ref, x_ref, b_ref, c_ref, cum_row_ref, cum_col_ref, dt_row_ref
     rows = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 0)
     cols = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 1)
     causal = rows >= cols
-    cmat_m = cmat.astype(mxu)
-    bmat_m = bmat.astype(mxu)
     for i in range(block_h):
         cum_row = cum_row_ref[0, i]        # [1, L]
         cum_col = cum_col_ref[0, i]        # [L, 1]
         decay = jnp.exp(jnp.where(causal, cum_col - cum_row, -jnp.inf))
         m = cb * decay * dt_row_ref[0, i]
-        x = x_ref[0, i]                    # [L, P]
-        xm = x.astype(mxu)
+        x = head(x_ref, i)[...]            # [L, P]
         state = state_ref[i]               # [N, P]
-        y = jax.lax.dot_general(m.astype(mxu), xm, (((1,), (0,)), ((), ())),
-                                preferred_element_type=jnp.float32)
-        y += jnp.exp(cum_col) * jax.lax.dot_general(
-            cmat_m, state.astype(mxu), (((1,), (0,)), ((), ())),
-            preferred_element_type=jnp.float32)
+        y = _dot(m, x, ((1,), (0,)), mxu)
+        y += jnp.exp(cum_col) * _dot(cmat, state, ((1,), (0,)), mxu)
         if HAS_D:
             y += d_ref[hb * block_h + i] * x.astype(jnp.float32)
-        y_ref[0, i] = y.astype(y_ref.dtype)
+        head(y_ref, i)[...] = y.astype(y_ref.dtype)
         # the state at the chunk's end: decayed over the chunk plus this chunk's inputs
         total = cum_row[:, chunk - 1:chunk]     # [1, 1]
-        xw = (x.astype(jnp.float32) * w_col_ref[0, i]).astype(mxu)
-        state_ref[i] = jnp.exp(total) * state + jax.lax.dot_general(
-            bmat_m, xw, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        xw = x.astype(jnp.float32) * w_col_ref[0, i]
+        state_ref[i] = jnp.exp(total) * state + _dot(bmat, xw, ((0,), (0,)), mxu)
 
 
 def _ssd(x, dt, a_vec, bm, cm, d_vec):
@@ -96,7 +121,7 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
     chunk = _block(seq, PARAMS["block_t"], 128)
     block_h = _divisor(heads, PARAMS["block_h"])
     nc = seq // chunk
-    mxu = jnp.dtype(PARAMS["mxu_dtype"])
+    mxu = PARAMS["mxu_dtype"]
     # Within-chunk cumulative log-decay and the weights that carry each step to its chunk's end.
     a = (dt3 * a_vec.astype(jnp.float32)[None, None, :]).transpose(0, 2, 1)   # [b, h, t]
     cum = jnp.cumsum(a.reshape(batch, heads, nc, chunk), axis=-1)
@@ -104,17 +129,29 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
     cum = cum.reshape(batch, heads, seq)
     w = w.reshape(batch, heads, seq)
     dt_bht = dt3.transpose(0, 2, 1)
-    xc = x4.transpose(0, 2, 1, 3)                   # [b, h, t, p]
+    # x read where it lies ([b, t, h * p], a free reshape) when a block's heads span whole
+    # lane tiles; else a head-major copy, and the output transposed back after the kernel
+    in_place = (list(X_PERM) == [0, 1, 2, 3] and PARAMS.get("x_layout", "in_place") == "in_place"
+                and ((block_h * hd) % 128 == 0 or block_h == heads))
+    if in_place:
+        xc = x4.reshape(batch, seq, heads * hd)
+        x_spec = pl.BlockSpec((1, chunk, block_h * hd), lambda b, h, c: (b, c, h))
+        y_shape = (batch, seq, heads * hd)
+    else:
+        xc = x4.transpose(0, 2, 1, 3)               # [b, h, t, p]
+        x_spec = pl.BlockSpec((1, block_h, chunk, hd), lambda b, h, c: (b, h, c, 0))
+        y_shape = (batch, heads, seq, hd)
     d_arr = (d_vec.astype(jnp.float32) if HAS_D else jnp.zeros((heads,), jnp.float32))
 
     head_rows = lambda b, h, c: (b, h, 0, c)
     head_cols = lambda b, h, c: (b, h, c, 0)
     y = pl.pallas_call(
-        functools.partial(_ssd_kernel, block_h=block_h, chunk=chunk, num_heads=heads, mxu=mxu),
+        functools.partial(_ssd_kernel, block_h=block_h, chunk=chunk, num_heads=heads, mxu=mxu,
+                          head_dim=hd, in_place=in_place),
         grid=(batch, heads // block_h, nc),
         in_specs=[
             pl.BlockSpec(memory_space=pltpu.SMEM),
-            pl.BlockSpec((1, block_h, chunk, hd), lambda b, h, c: (b, h, c, 0)),
+            x_spec,
             pl.BlockSpec((1, chunk, state), lambda b, h, c: (b, c, 0)),
             pl.BlockSpec((1, chunk, state), lambda b, h, c: (b, c, 0)),
             pl.BlockSpec((1, block_h, 1, chunk), head_rows),
@@ -122,8 +159,8 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
             pl.BlockSpec((1, block_h, 1, chunk), head_rows),
             pl.BlockSpec((1, block_h, chunk, 1), head_cols),
         ],
-        out_specs=pl.BlockSpec((1, block_h, chunk, hd), lambda b, h, c: (b, h, c, 0)),
-        out_shape=jax.ShapeDtypeStruct((batch, heads, seq, hd), OUT_DTYPE),
+        out_specs=x_spec,
+        out_shape=jax.ShapeDtypeStruct(y_shape, OUT_DTYPE),
         scratch_shapes=[pltpu.VMEM((block_h, state, hd), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=tuple(PARAMS["dimension_semantics"]) + ("arbitrary",),
@@ -136,6 +173,8 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
             + 4 * batch * heads * seq * 4),
     )(d_arr, xc, bm3, cm3, cum.reshape(batch, heads, 1, seq), cum.reshape(batch, heads, seq, 1),
       dt_bht.reshape(batch, heads, 1, seq), w.reshape(batch, heads, seq, 1))
+    if in_place:
+        return y.reshape(batch, seq, heads, hd)
     y = y.transpose(0, 2, 1, 3)                     # [b, t, h, p]
     inv = [0] * 4
     for i, p in enumerate(X_PERM):

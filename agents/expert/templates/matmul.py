@@ -229,8 +229,8 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             if mode == "group":
                 for g in range(bn // NI):
                     cols = slice(g * NI, (g + 1) * NI) if bn > NI else slice(None)
-                    offsets = (b, i * bm, j * (bn // NI) + g, 0)
-                    store(epilogue(seeds(cols), extra_values(cols), offsets, extents), cols)
+                    at = (b, i * bm, j * (bn // NI) + g, 0)  # group j * (bn // NI) + g
+                    store(epilogue(seeds(cols), extra_values(cols), at, extents), cols)
                 return
             if mode != "stream":
                 store(epilogue(seeds(), extra_values(), offsets, extents))

@@ -119,6 +119,23 @@ TEST(RecurrenceTemplates, SsdRolesFromTheComputation) {
       EXPECT_EQ(m.match.facts["C"], 4);
       EXPECT_EQ(m.match.facts["D"], 5);
       EXPECT_EQ(m.match.facts["state"], 128);
+      // x is [b, t, h, p]: read in place, which needs no [L, P] block per head (64 of 128
+      // lanes each), or head-major copies
+      auto params = m.tmpl->initial_params(m.match, chip("v5e"));
+      EXPECT_EQ(params["x_layout"], "in_place");
+      EXPECT_EQ(params["mxu_dtype"], "split_bf16");
+      auto copies = params;
+      copies["x_layout"] = "transposed";
+      EXPECT_EQ(m.match.facts["head_dim"], 64);
+      EXPECT_LT(m.tmpl->vmem_bytes(m.match, params), m.tmpl->vmem_bytes(m.match, copies));
+      std::set<std::string> names;
+      for (const auto& t : m.tmpl->tunables(m.match))
+        names.insert(t.name);
+      EXPECT_TRUE(names.count("x_layout") && names.count("mxu_dtype"));
+      std::string src, error;
+      copies["x_layout"] = "diagonal";
+      EXPECT_FALSE(m.tmpl->render(m.match, copies, src, error));
+      EXPECT_NE(error.find("x_layout"), std::string::npos) << error;
     }
 }
 
