@@ -236,7 +236,10 @@ public:
                                 const config::chip& chip) const override {
     int64_t seq = m.facts["seq"], heads = m.facts["heads"];
     nlohmann::json p = {{"block_t", effective_block(seq, 128, 256)},
-                        {"block_h", std::min<int64_t>(heads, 4)},
+                        // heads side by side fill 1024 lanes of the state dots
+                        {"block_h", std::min<int64_t>(
+                                        heads, std::max<int64_t>(
+                                                   4, 1024 / m.facts["head_dim"].get<int64_t>()))},
                         // split_bf16: plain bf16 decay-weighted operands miss a 1e-2
                         // tolerance (tried); f32 dots take 3 MXU passes, split ones 2
                         {"mxu_dtype", "split_bf16"},
@@ -301,7 +304,7 @@ public:
                           + 2 * hb * 8 * L * 4          // two row vectors (sublane-padded)
                           + 2 * hb * L * 128 * 4        // two column vectors (lane-padded)
                           + x_elems * dtype_bytes(m.facts["out_dtype"]));
-    int64_t scratch = hb * n * lanes_p * 4;
+    int64_t scratch = n * ((hb * p + 127) / 128 * 128) * 4;  // the states side by side
     int64_t temps = 4 * L * L * 4;  // C B^T, mask, decay, weighted matrix
     return blocks + scratch + temps;
   }

@@ -3,10 +3,11 @@
 #   state_t = exp(a_t) state_{t-1} + B_t^T (dt_t x_t),   a_t = A_h dt_t
 #   y_t     = C_t state_t + D_h x_t
 # Grid (batch, head blocks, chunks): the chunk axis is last ("arbitrary") and the [N, P]
-# state of each head of the block is carried across chunks in VMEM scratch. Within a chunk
-# of length L the outputs are two MXU matmuls: the decay-masked (C B^T) [L, L] times x, plus
-# C times the state the chunk starts from; the state then moves to the chunk's end with one
-# more matmul, B^T (w x). C B^T is shared by every head of the block (one B/C group).
+# states of the block's heads are carried across chunks in VMEM scratch, side by side
+# ([N, heads * P]). Within a chunk of length L the outputs are the decay-masked (C B^T)
+# [L, L] times x per head, plus C times the states the chunk starts from; the states then
+# move to the chunk's end with B^T (w x). C B^T, C and B are shared by every head of the
+# block (one B/C group), so the two state dots are one each for the whole block.
 # The within-chunk cumulative decays (O(B T H) work) are prepared outside the kernel.
 import functools
 
@@ -93,22 +94,37 @@ def _ssd_kernel(d_ref, x_ref, b_ref, c_ref, cum_row_ref, cum_col_ref, dt_row_ref
     rows = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 0)
     cols = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 1)
     causal = rows >= cols
+    # The block's states side by side, [N, block_h * P]: B and C are shared by its heads, so
+    # what the states contribute (C . state) and receive (B^T . (w x)) are one dot each, as
+    # wide as the block, not block_h dots of P columns each.
+    lanes = block_h * head_dim
+    lane_head = jax.lax.broadcasted_iota(jnp.int32, (1, lanes), 1) // head_dim
+
+    def per_lane(vals):
+        """One value per head ([1, 1] each) spread over its P lanes: [1, lanes]."""
+        out = jnp.broadcast_to(vals[0], (1, lanes))
+        for i in range(1, block_h):
+            out = jnp.where(lane_head == i, vals[i], out)
+        return out
+
+    state = state_ref[...]                                # [N, lanes]
+    off = _dot(cmat, state, ((1,), (0,)), mxu)            # [L, lanes]
     for i in range(block_h):
         cum_row = cum_row_ref[0, i]        # [1, L]
         cum_col = cum_col_ref[0, i]        # [L, 1]
         decay = jnp.exp(jnp.where(causal, cum_col - cum_row, -jnp.inf))
         m = cb * decay * dt_row_ref[0, i]
         x = head(x_ref, i)[...]            # [L, P]
-        state = state_ref[i]               # [N, P]
         y = _dot(m, x, ((1,), (0,)), mxu)
-        y += jnp.exp(cum_col) * _dot(cmat, state, ((1,), (0,)), mxu)
+        y += jnp.exp(cum_col) * off[:, i * head_dim:(i + 1) * head_dim]
         if HAS_D:
             y += d_ref[hb * block_h + i] * x.astype(jnp.float32)
         head(y_ref, i)[...] = y.astype(y_ref.dtype)
-        # the state at the chunk's end: decayed over the chunk plus this chunk's inputs
-        total = cum_row[:, chunk - 1:chunk]     # [1, 1]
-        xw = x.astype(jnp.float32) * w_col_ref[0, i]
-        state_ref[i] = jnp.exp(total) * state + _dot(bmat, xw, ((0,), (0,)), mxu)
+    # the states at the chunk's end: decayed over the chunk plus this chunk's inputs
+    decays = per_lane([jnp.exp(cum_row_ref[0, i][:, chunk - 1:chunk]) for i in range(block_h)])
+    xw = jnp.concatenate([head(x_ref, i)[...].astype(jnp.float32) * w_col_ref[0, i]
+                          for i in range(block_h)], axis=-1)             # [L, lanes]
+    state_ref[...] = decays * state + _dot(bmat, xw, ((0,), (0,)), mxu)
 
 
 def _ssd(x, dt, a_vec, bm, cm, d_vec):
@@ -161,7 +177,7 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
         ],
         out_specs=x_spec,
         out_shape=jax.ShapeDtypeStruct(y_shape, OUT_DTYPE),
-        scratch_shapes=[pltpu.VMEM((block_h, state, hd), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((state, block_h * hd), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=tuple(PARAMS["dimension_semantics"]) + ("arbitrary",),
             vmem_limit_bytes=int(PARAMS["vmem_limit_bytes"])),
