@@ -575,6 +575,15 @@ std::string builder::broadcast_shape(const val& v) const {
 }
 
 std::string builder::add_stmt(stmt s) {
+  // The same value computed twice is computed once (a variance recomputes its mean; a mean
+  // and an rstd are expanded back over a group by the same one-hot dot): plain statements
+  // only, not reductions across blocks or ones whose layout is still open.
+  if (s.red.empty() && !s.pending) {
+    for (const auto& t : stmts_)
+      if (t.red.empty() && !t.pending && t.expr == s.expr && t.args == s.args &&
+          t.kind == s.kind && t.prim == s.prim && t.present == s.present)
+        return t.var;
+  }
   if (s.var.empty())
     s.var = "b" + std::to_string(var_counter_++);
   stmts_.push_back(s);

@@ -210,6 +210,21 @@ TEST(BlockProgram, GroupedSumsRefineTheFactorAndRunOnTheMxu) {
   EXPECT_EQ(p.outputs[0].ref_shape, "(x.shape[0], 4 * (w.shape[1] // 4))");
 }
 
+TEST(BlockProgram, AValueComputedTwiceIsComputedOnce) {
+  // (g - mean) / sqrt(var + eps): var recomputes the mean (a second group sum) and g - mean
+  // appears twice (a second expansion and subtraction); each is computed once.
+  auto g = load("groupnorm_var_after_matmul");
+  mx::block_program p;
+  std::string why;
+  ASSERT_TRUE(mx::build_block_program(*g.view, matmul_request(*g.view, 1), p, why)) << why;
+  size_t dots = 0;
+  for (size_t at = p.code.find("Precision.HIGHEST"); at != std::string::npos;
+       at = p.code.find("Precision.HIGHEST", at + 1))
+    ++dots;
+  // two group sums (mean, variance), two expansions (mean, deviation)
+  EXPECT_EQ(dots, 4u) << p.code;
+}
+
 TEST(BlockProgram, MaxoutPoolsGroupsOfAdjacentColumns) {
   // y.reshape(m, n // 4, 4).max(-1): the group SIZE 4 is the constant (the smaller part)
   auto g = load("maxout_after_matmul");

@@ -39,6 +39,12 @@ def groupnorm_after_matmul(x, w):
     return ((g - g.mean(-1, keepdims=True))).reshape(y.shape)
 
 
+def groupnorm_var_after_matmul(x, w):
+    y = x @ w
+    g = y.reshape(y.shape[0], 4, y.shape[1] // 4)
+    return ((g - g.mean(-1, keepdims=True)) / jnp.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(y.shape)
+
+
 def maxout_after_matmul(x, w):
     y = x @ w
     return y.reshape(y.shape[0], y.shape[1] // 4, 4).max(-1)
@@ -75,6 +81,8 @@ CASES = {
                       [S((512, 1024), bf16), S((1024, 4096), bf16), S((512,), i32)], ()),
     "groupnorm_after_matmul": (groupnorm_after_matmul,
                                [S((512, 1024), f32), S((1024, 2048), f32)], ()),
+    "groupnorm_var_after_matmul": (groupnorm_var_after_matmul,
+                                   [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "maxout_after_matmul": (maxout_after_matmul, [S((512, 1024), f32), S((1024, 2048), f32)], ()),
     "gates_after_matmul": (gates_after_matmul,
                            [S((512, 1024), f32), S((1024, 4, 512), f32), S((512, 512), f32)],
