@@ -258,12 +258,13 @@ public:
     return m.facts["x_perm"] == nlohmann::json{0, 1, 2, 3};
   }
 
-  // Whether these params read x in place (chunked_recurrence.py's in_place): the block's
-  // heads must span whole 128-lane tiles, or be all of them.
+  // Whether these params read x in place (chunked_recurrence.py's in_place): heads in
+  // lane-aligned groups (P divides 128 or is a multiple of it), the block's heads spanning
+  // whole 128-lane tiles or being all of them.
   static bool in_place(const template_match& m, const nlohmann::json& params, int64_t hb) {
     int64_t heads = m.facts["heads"], p = m.facts["head_dim"];
     return token_major(m) && params.value("x_layout", "in_place") == "in_place" &&
-           ((hb * p) % 128 == 0 || hb == heads);
+           (p % 128 == 0 || 128 % p == 0) && ((hb * p) % 128 == 0 || hb == heads);
   }
 
   std::vector<tunable> tunables(const template_match& m) const override {
@@ -297,14 +298,15 @@ public:
     int64_t xb = dtype_bytes(m.facts["x_dtype"]), bb = dtype_bytes(m.facts["bc_dtype"]);
     int64_t lanes_p = std::max<int64_t>(p, 128);
     // an x (and y) block: in place [L, hb * P] lanes, else hb blocks of [L, P]
-    int64_t x_elems = in_place(m, params, hb) ? L * ((hb * p + 127) / 128 * 128)
-                                              : hb * L * lanes_p;
+    bool here = in_place(m, params, hb);
+    int64_t x_elems = here ? L * ((hb * p + 127) / 128 * 128) : hb * L * lanes_p;
     int64_t blocks = 2 * (x_elems * xb                  // x
                           + 2 * L * std::max<int64_t>(n, 128) * bb   // B, C
                           + 2 * hb * 8 * L * 4          // two row vectors (sublane-padded)
                           + 2 * hb * L * 128 * 4        // two column vectors (lane-padded)
                           + x_elems * dtype_bytes(m.facts["out_dtype"]));
-    int64_t scratch = n * ((hb * p + 127) / 128 * 128) * 4;  // the states side by side
+    // the states: side by side in place, else one [N, P] block per head
+    int64_t scratch = here ? n * ((hb * p + 127) / 128 * 128) * 4 : hb * n * lanes_p * 4;
     int64_t temps = 4 * L * L * 4;  // C B^T, mask, decay, weighted matrix
     return blocks + scratch + temps;
   }

@@ -75,11 +75,6 @@ def _dot(a, b, dims, mxu):
 
 def _ssd_kernel(d_ref, x_ref, b_ref, c_ref, cum_row_ref, cum_col_ref, dt_row_ref, w_col_ref,
                 y_ref, state_ref, *, block_h, chunk, num_heads, mxu, head_dim, in_place):
-    # in place: x and y blocks are [1, L, block_h * P] of the token-major arrays, head i at
-    # lanes [i P, (i + 1) P); else [1, block_h, L, P] of head-major copies
-    def head(ref, i):
-        return ref.at[0, :, pl.ds(i * head_dim, head_dim)] if in_place else ref.at[0, i]
-
     hb, ci = pl.program_id(1), pl.program_id(2)
 
     @pl.when(ci == 0)
@@ -94,37 +89,71 @@ def _ssd_kernel(d_ref, x_ref, b_ref, c_ref, cum_row_ref, cum_col_ref, dt_row_ref
     rows = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 0)
     cols = jax.lax.broadcasted_iota(jnp.int32, (chunk, chunk), 1)
     causal = rows >= cols
-    # The block's states side by side, [N, block_h * P]: B and C are shared by its heads, so
-    # what the states contribute (C . state) and receive (B^T . (w x)) are one dot each, as
-    # wide as the block, not block_h dots of P columns each.
-    lanes = block_h * head_dim
-    lane_head = jax.lax.broadcasted_iota(jnp.int32, (1, lanes), 1) // head_dim
 
-    def per_lane(vals):
-        """One value per head ([1, 1] each) spread over its P lanes: [1, lanes]."""
-        out = jnp.broadcast_to(vals[0], (1, lanes))
-        for i in range(1, block_h):
-            out = jnp.where(lane_head == i, vals[i], out)
+    def weighted(i):
+        """Head i's decay-masked C B^T with its steps: [L, L]."""
+        cum_row = cum_row_ref[0, i]        # [1, L]
+        cum_col = cum_col_ref[0, i]        # [L, 1]
+        return cb * jnp.exp(jnp.where(causal, cum_col - cum_row, -jnp.inf)) * dt_row_ref[0, i]
+
+    def chunk_decay(i):
+        return jnp.exp(cum_row_ref[0, i][:, chunk - 1:chunk])     # [1, 1]
+
+    if not in_place:
+        # x and y blocks [1, block_h, L, P] of head-major copies; a state [N, P] per head
+        for i in range(block_h):
+            x = x_ref[0, i]                    # [L, P]
+            state = state_ref[i]               # [N, P]
+            y = _dot(weighted(i), x, ((1,), (0,)), mxu)
+            y += jnp.exp(cum_col_ref[0, i]) * _dot(cmat, state, ((1,), (0,)), mxu)
+            if HAS_D:
+                y += d_ref[hb * block_h + i] * x.astype(jnp.float32)
+            y_ref[0, i] = y.astype(y_ref.dtype)
+            xw = x.astype(jnp.float32) * w_col_ref[0, i]
+            state_ref[i] = chunk_decay(i) * state + _dot(bmat, xw, ((0,), (0,)), mxu)
+        return
+
+    # In place: x and y blocks [1, L, block_h * P] of the token-major arrays, read and written
+    # a lane group at a time (128 lanes, or one head when P is wider): every slice is
+    # lane-aligned. Head j of a group is its lanes [j P, (j + 1) P): its product with the
+    # group's x masked to them lands on them alone. The block's states side by side
+    # ([N, block_h * P]): B and C are shared by its heads, so what the states contribute
+    # (C . state) and receive (B^T . (w x)) are one dot each, as wide as the block.
+    lanes = block_h * head_dim
+    group = min(max(128, head_dim), lanes)
+    per_group = group // head_dim
+    lane_head = jax.lax.broadcasted_iota(jnp.int32, (1, group), 1) // head_dim
+
+    def spread(vals):
+        """One [R, 1] value per head of a group over its lanes: [R, group]."""
+        out = jnp.broadcast_to(vals[0], (vals[0].shape[0], group))
+        for j in range(1, per_group):
+            out = jnp.where(lane_head == j, vals[j], out)
         return out
 
     state = state_ref[...]                                # [N, lanes]
     off = _dot(cmat, state, ((1,), (0,)), mxu)            # [L, lanes]
-    for i in range(block_h):
-        cum_row = cum_row_ref[0, i]        # [1, L]
-        cum_col = cum_col_ref[0, i]        # [L, 1]
-        decay = jnp.exp(jnp.where(causal, cum_col - cum_row, -jnp.inf))
-        m = cb * decay * dt_row_ref[0, i]
-        x = head(x_ref, i)[...]            # [L, P]
-        y = _dot(m, x, ((1,), (0,)), mxu)
-        y += jnp.exp(cum_col) * off[:, i * head_dim:(i + 1) * head_dim]
+    xws, decays = [], []
+    for g in range(lanes // group):
+        cols_g = slice(g * group, (g + 1) * group)
+        x = x_ref[0, :, cols_g]                           # [L, group]
+        heads = [g * per_group + j for j in range(per_group)]
+        y = None
+        for j, i in enumerate(heads):
+            xj = x if per_group == 1 else jnp.where(lane_head == j, x, jnp.zeros_like(x))
+            t = _dot(weighted(i), xj, ((1,), (0,)), mxu)
+            y = t if y is None else y + t
+        y += spread([jnp.exp(cum_col_ref[0, i]) for i in heads]) * off[:, cols_g]
         if HAS_D:
-            y += d_ref[hb * block_h + i] * x.astype(jnp.float32)
-        head(y_ref, i)[...] = y.astype(y_ref.dtype)
+            d = spread([jnp.full((1, 1), d_ref[hb * block_h + i], jnp.float32) for i in heads])
+            y += d * x.astype(jnp.float32)
+        y_ref[0, :, cols_g] = y.astype(y_ref.dtype)
+        xws.append(x.astype(jnp.float32) * spread([w_col_ref[0, i] for i in heads]))
+        decays.append(spread([chunk_decay(i) for i in heads]))
     # the states at the chunk's end: decayed over the chunk plus this chunk's inputs
-    decays = per_lane([jnp.exp(cum_row_ref[0, i][:, chunk - 1:chunk]) for i in range(block_h)])
-    xw = jnp.concatenate([head(x_ref, i)[...].astype(jnp.float32) * w_col_ref[0, i]
-                          for i in range(block_h)], axis=-1)             # [L, lanes]
-    state_ref[...] = decays * state + _dot(bmat, xw, ((0,), (0,)), mxu)
+    xw = xws[0] if len(xws) == 1 else jnp.concatenate(xws, axis=-1)          # [L, lanes]
+    decay = decays[0] if len(decays) == 1 else jnp.concatenate(decays, axis=-1)
+    state_ref[...] = decay * state + _dot(bmat, xw, ((0,), (0,)), mxu)
 
 
 def _ssd(x, dt, a_vec, bm, cm, d_vec):
@@ -147,7 +176,9 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
     dt_bht = dt3.transpose(0, 2, 1)
     # x read where it lies ([b, t, h * p], a free reshape) when a block's heads span whole
     # lane tiles; else a head-major copy, and the output transposed back after the kernel
+    # (lane groups: heads of P dividing 128 share one, wider heads span whole ones)
     in_place = (list(X_PERM) == [0, 1, 2, 3] and PARAMS.get("x_layout", "in_place") == "in_place"
+                and (hd % 128 == 0 or 128 % hd == 0)
                 and ((block_h * hd) % 128 == 0 or block_h == heads))
     if in_place:
         xc = x4.reshape(batch, seq, heads * hd)
@@ -177,7 +208,8 @@ def _ssd(x, dt, a_vec, bm, cm, d_vec):
         ],
         out_specs=x_spec,
         out_shape=jax.ShapeDtypeStruct(y_shape, OUT_DTYPE),
-        scratch_shapes=[pltpu.VMEM((state, block_h * hd), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((state, block_h * hd) if in_place else (block_h, state, hd),
+                                   jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=tuple(PARAMS["dimension_semantics"]) + ("arbitrary",),
             vmem_limit_bytes=int(PARAMS["vmem_limit_bytes"])),
