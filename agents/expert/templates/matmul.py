@@ -15,15 +15,15 @@ PARAMS = {{params}}
 # statistics accumulated across N blocks; group: a block holds one group of NI columns, the
 # epilogue reducing within groups; with group_blocks (NI lane-aligned) a block holds whole
 # groups and the epilogue runs on each group's slice), and the alignment of (M, N, K) blocks.
-# An extra marked "inner" spans one group and is the same block for every column block. With pool > 1 the
-# epilogue reduces groups of `pool` adjacent columns (maxout): it reads each column block
-# member-major (see _member_major) and its outputs are bn // pool wide. With pool_outer the
-# members are the OUTER factor of N (the gates of [K, G, N'] weights): member g of a column
-# block is one contiguous block of the reference's columns, fetched by its own BlockSpec (no
-# copy), and the accumulator holds the members side by side. extra_pooled: the extra holds
-# one value per group (bn // pool wide, natural order). mat_segments: dots over different
-# contractions (x @ w_ih + h @ w_hh) run one after the other along the K grid axis, each
-# operand's block index held at its segment's ends outside it (no refetch).
+# An extra marked "inner" spans one group and is the same block for every column block. With
+# pool > 1 the epilogue reduces groups of `pool` adjacent columns (maxout): it reads each
+# column block member-major (see _member_major) and its outputs are bn // pool wide. With
+# pool_outer the members are the OUTER factor of N (the gates of [K, G, N'] weights): member
+# g of a column block is one contiguous block of the reference's columns, fetched by its own
+# BlockSpec (no copy), and the accumulator holds the members side by side. extra_pooled: the
+# extra holds one value per group (bn // pool wide, natural order). mat_segments: dots over
+# different contractions (x @ w_ih + h @ w_hh) run one after the other along the K grid
+# axis, each operand's block index held at its segment's ends outside it (no refetch).
 CFG = {{config}}
 
 
