@@ -1,5 +1,6 @@
 #include "cli/check_report.hpp"
 
+#include "cli/candidate_path.hpp"
 #include "cli/enum_name.hpp"
 #include "cli/profile_report.hpp"
 #include "messages/version.hpp"
@@ -14,6 +15,12 @@ namespace {
 
 nlohmann::json nullable(double v) {
   return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+// A message as the user reads it: about their kernel file, not the worker's copy of it.
+std::string user_message(capnp::Text::Reader message, const check_context& ctx) {
+  return ctx.reference_only ? std::string(message.cStr())
+                            : with_kernel_path(message.cStr(), ctx.kernel_path);
 }
 
 nlohmann::json diagnosis_json(schema::Diagnosis::Reader d) {
@@ -44,7 +51,7 @@ nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::R
     phases.push_back({{"phase", enum_name(p.getPhase())},
                       {"status", enum_name(p.getStatus())},
                       {"error_class", enum_name(p.getErrorClass())},
-                      {"message", p.getMessage().cStr()},
+                      {"message", user_message(p.getMessage(), ctx)},
                       {"seconds", p.getSeconds()}});
     if (p.getStatus() == schema::Status::FAILED)
       ++failures[enum_name(p.getErrorClass())];
@@ -64,7 +71,7 @@ nlohmann::json check_json(schema::KernelSpec::Reader spec, schema::EvalResult::R
                      {"max_abs_err", c.getMaxAbsErr()},
                      {"max_rel_err", c.getMaxRelErr()},
                      {"worst_index", worst},
-                     {"message", c.getMessage().cStr()}});
+                     {"message", user_message(c.getMessage(), ctx)}});
   }
   json notes = json::array();
   for (auto n : result.getTest().getNotes())
@@ -145,7 +152,7 @@ std::string check_summary(schema::KernelSpec::Reader spec, schema::EvalResult::R
     if (p.getStatus() == schema::Status::FAILED)
       out += fmt::format("  [{}]", enum_name(p.getErrorClass()));
     out += "\n";
-    std::string msg = p.getMessage().cStr();
+    std::string msg = user_message(p.getMessage(), ctx);
     if (!msg.empty() && p.getStatus() != schema::Status::OK) {
       if (msg.size() > 1500)
         msg = msg.substr(0, 1500) + " ...";
@@ -172,7 +179,7 @@ std::string check_summary(schema::KernelSpec::Reader spec, schema::EvalResult::R
                        c.getConfiguration(), c.getSeed(), c.getKind().cStr(),
                        c.getReduced() ? " reduced" : "", c.getPassed() ? "pass" : "FAIL",
                        c.getMaxAbsErr(), c.getMaxRelErr(), c.getInputShapes().cStr());
-    std::string msg = c.getMessage().cStr();
+    std::string msg = user_message(c.getMessage(), ctx);
     if (!c.getPassed() && !msg.empty())
       out += "           " + msg + "\n";
   }

@@ -1,5 +1,6 @@
 #include "cli/model_command.hpp"
 
+#include "cli/candidate_path.hpp"
 #include "cli/enum_name.hpp"
 #include "cli/kernel_file.hpp"
 #include "cli/node_evaluation.hpp"
@@ -99,7 +100,7 @@ int run_model(const model_options& opts) {
                        {"profile", k.getHasProfile() ? profile_json(k.getProfile())
                                                      : nlohmann::json(nullptr)}};
     if (!k.getHasProfile())
-      row["error"] = failure_of(k);
+      row["error"] = with_kernel_path(failure_of(k), opts.kernel);
     rows.push_back(row);
     if (k.getHasProfile()) {
       auto p = k.getProfile();
@@ -118,7 +119,8 @@ int run_model(const model_options& opts) {
                             enum_name(p->getErrorClass()));
       human << fmt::format("  {:<6} {:>14} {:>14} {:>9} {:>9} {:<9} {}\n", chip, "-", "-", "-",
                            "-", "-", phase);
-      details += fmt::format("  {}: {}: {}\n", chip, phase, failure_of(k));
+      details += fmt::format("  {}: {}: {}\n", chip, phase,
+                             with_kernel_path(failure_of(k), opts.kernel));
     }
   }
   human << details << fmt::format("all times modeled unless marked measured ({} of {} answered "

@@ -66,6 +66,19 @@ def test_block_rule_violation_exits_1_classified():
     assert "divisible by 8 and 128" in lower["message"]
 
 
+def test_a_failure_in_the_kernel_names_the_users_file_and_line(tmp_path):
+    kernel = tmp_path / "broken_kernel.py"
+    kernel.write_text("import jax.numpy as jnp\n\n\ndef workload(x, y):\n"
+                      "    return jnp.dot(x, y) * not_defined\n")
+    run = check(SPEC, kernel, "--json", "-")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    failed = [p for p in result["phases"] if p["status"] == "failed"][0]
+    assert f"{kernel}:5" in failed["message"], failed
+    assert "maxkernel_candidate_" not in run.stdout + run.stderr
+    assert f"{kernel}:5" in run.stderr  # the readable summary too
+
+
 @pytest.mark.parametrize("args, needle", [
     (["/nonexistent/spec.yaml", KERNEL], "no such file"),
     ([SPEC, "/nonexistent/kernel.py"], "no such kernel file"),
