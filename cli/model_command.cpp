@@ -99,8 +99,10 @@ int run_model(const model_options& opts) {
                                                     : nlohmann::json(nullptr)},
                        {"profile", k.getHasProfile() ? profile_json(k.getProfile())
                                                      : nlohmann::json(nullptr)}};
+    // why there is no time, about the user's file (not the worker's copy of it)
+    std::string error = k.getHasProfile() ? "" : with_kernel_path(failure_of(k), opts.kernel);
     if (!k.getHasProfile())
-      row["error"] = with_kernel_path(failure_of(k), opts.kernel);
+      row["error"] = error;
     rows.push_back(row);
     if (k.getHasProfile()) {
       auto p = k.getProfile();
@@ -119,8 +121,7 @@ int run_model(const model_options& opts) {
                             enum_name(p->getErrorClass()));
       human << fmt::format("  {:<6} {:>14} {:>14} {:>9} {:>9} {:<9} {}\n", chip, "-", "-", "-",
                            "-", "-", phase);
-      details += fmt::format("  {}: {}: {}\n", chip, phase,
-                             with_kernel_path(failure_of(k), opts.kernel));
+      details += fmt::format("  {}: {}: {}\n", chip, phase, error);
     }
   }
   human << details << fmt::format("all times modeled unless marked measured ({} of {} answered "
