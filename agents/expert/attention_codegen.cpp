@@ -291,6 +291,7 @@ bool attention_codegen::make_view(const std::string& var, const std::string& bas
     view_groups.push_back({l});
     view_shape.push_back(size_of(l));
     axes.push_back(fmt::format("(\"c\", {})", c_axis(l)));
+    out.lead_c.push_back(c_axis(l));
   }
   view_groups.push_back(sub);
   if (sub.empty()) {
@@ -316,8 +317,10 @@ bool attention_codegen::make_view(const std::string& var, const std::string& bas
     view_shape.push_back(join(s, " * "));
     if (!M.empty()) {
       std::vector<std::string> cs;
-      for (int l : M)
+      for (int l : M) {
         cs.push_back(std::to_string(c_axis(l)));
+        out.lane_c.push_back(c_axis(l));
+      }
       axes.push_back("(\"lane\", " + tuple(cs) + ")");
     } else {
       // a mask or bias tile is blocked along its keys; a head dimension is read whole
@@ -821,6 +824,48 @@ bool attention_codegen::emit_region(std::string& why) {
     }
   kf += "    return " + kill + "\n";
   functions_ += kf + "\n\n";
+
+  // The scores of a block the mask leaves whole: the mask's selects on their live branch,
+  // and only what that still reads (the positions a causal mask compares are not computed).
+  std::map<int, unsigned> live;
+  mark_live_selects(p_.scores, live);
+  if (live.empty())
+    return true;
+  std::set<int> needed;
+  std::function<void(int)> need = [&](int n) {
+    if (needed.count(n) || !p_.region_axes.count(n) || term_of_dot_.count(n))
+      return;
+    needed.insert(n);
+    auto it = live.find(n);
+    for (unsigned k = 0; k < g_.operand_count(n); ++k) {
+      auto o = g_.operand(n, k);
+      if (o.is_node() && (it == live.end() || k == it->second))
+        need(o.id);
+    }
+  };
+  if (p_.scores.is_node())
+    need(p_.scores.id);
+  std::string lf = "def _score_live(s, ix, xp):\n";
+  int ops_before = score_ops_;
+  for (int n : p_.region) {
+    if (!needed.count(n))
+      continue;
+    std::string line;
+    auto it = live.find(n);
+    if (it != live.end()) {
+      std::string e = region_operand(n, it->second, why);
+      if (e.empty())
+        return false;
+      line = fmt::format("    v{} = {}\n", n, e);
+    } else if (!node_line(n, line)) {
+      return false;
+    }
+    lf += line;
+  }
+  score_ops_ = ops_before;
+  lf += "    return " + s_expr + "\n";
+  functions_ += lf + "\n\n";
+  has_live_score_ = true;
   return true;
 }
 
@@ -837,6 +882,61 @@ std::string attention_codegen::kill_of(const value_ref& v) {
   return r;
 }
 
+std::string attention_codegen::pure_predicate(int n) const {
+  auto pred = g_.operand(n, 0);
+  bool pure = pred.is_literal() || (pred.is_node() && !impure_.count(pred.id) &&
+                                    !term_of_dot_.count(pred.id));
+  if (pred.is_input()) {
+    auto it = input_use_.find({n, 0});
+    pure = it != input_use_.end() && it->second.find("ix.s(") != std::string::npos;
+  }
+  if (!pure || operand_dtype(g_, n, 0) != "bool")
+    return "";
+  std::string why;
+  return region_operand(n, 0, why);
+}
+
+unsigned attention_codegen::live_branch(int n) {
+  if (g_.primitive(n) != "select_n" || g_.operand_count(n) != 3 || pure_predicate(n).empty())
+    return 0;
+  std::string ka = kill_of(g_.operand(n, 1)), kb = kill_of(g_.operand(n, 2));
+  if (ka == "True" && kb != "True")
+    return 2;
+  if (kb == "True" && ka != "True")
+    return 1;
+  return 0;
+}
+
+void attention_codegen::mark_live_selects(const value_ref& v, std::map<int, unsigned>& live) {
+  if (!v.is_node() || term_of_dot_.count(v.id) || !p_.region_axes.count(v.id) ||
+      live.count(v.id))
+    return;
+  int n = v.id;
+  auto p = g_.primitive(n);
+  auto op = [&](unsigned k) { return g_.operand(n, k); };
+  // Only through operations whose result is killed wherever this operand is (kill_node's ors):
+  // there a block the mask leaves whole has every such select on its live branch.
+  if (is_layout_primitive(p) || p == "convert_element_type" || p == "stop_gradient" ||
+      p == "copy" || p == "copy_p" || p == "reduce_precision" || p == "sub") {
+    mark_live_selects(op(0), live);
+  } else if (p == "add" || p == "add_any" || p == "min") {
+    mark_live_selects(op(0), live);
+    mark_live_selects(op(1), live);
+  } else if (p == "mul" || p == "div") {
+    for (unsigned k = 0; k < 2; ++k) {
+      auto c = op(k);
+      if (!c.is_literal())
+        continue;
+      if (literal_value(c.literal) > 0 && !(p == "div" && k == 0))
+        mark_live_selects(op(1 - k), live);
+      break;
+    }
+  } else if (unsigned b = live_branch(n)) {
+    live[n] = b;
+    mark_live_selects(op(b), live);
+  }
+}
+
 std::string attention_codegen::kill_node(int n) {
   auto p = g_.primitive(n);
   auto op = [&](unsigned k) { return g_.operand(n, k); };
@@ -848,16 +948,7 @@ std::string attention_codegen::kill_node(int n) {
     if (ka == kb)
       return ka;
     auto pred = op(0);
-    bool pure = pred.is_literal() || (pred.is_node() && !impure_.count(pred.id) &&
-                                      !term_of_dot_.count(pred.id));
-    if (pred.is_input()) {
-      auto it = input_use_.find({n, 0});
-      pure = it != input_use_.end() && it->second.find("ix.s(") != std::string::npos;
-    }
-    if (!pure || operand_dtype(g_, n, 0) != "bool")
-      return k_and(ka, kb);
-    std::string why;
-    std::string pe = region_operand(n, 0, why);
+    std::string pe = pure_predicate(n);
     if (pe.empty())
       return k_and(ka, kb);
     if (pred.is_node())
@@ -1301,6 +1392,33 @@ std::string attention_codegen::summary() const {
       p_.deferred_norm ? ", normalised after PV" : "");
 }
 
+int attention_codegen::head_axis() const {
+  std::vector<const operand_view*> whole;
+  for (const auto& v : q_views_)
+    whole.push_back(&v);
+  if (!external_kv_) {
+    for (const auto& v : k_views_)
+      whole.push_back(&v);
+    if (v_share_ < 0)
+      whole.push_back(&v_view_);
+  }
+  whole.push_back(&out_view_);
+  for (int c = static_cast<int>(p_.kv_rows.size()) - 1; c >= 0; --c) {
+    if (p_.space.size(p_.kv_rows[static_cast<size_t>(c)]) < 2 || contains(kill_c_, c))
+      continue;
+    bool ok = std::all_of(whole.begin(), whole.end(),
+                          [&](const operand_view* v) { return contains(v->lead_c, c); });
+    for (const auto& t : tile_views_)
+      ok = ok && !contains(t.lane_c, c);
+    for (const auto& sc : scalar_c_)
+      ok = ok && !contains(sc, c);
+    ok = ok && functions_.find(fmt::format("ix.c({})", c)) == std::string::npos;
+    if (ok)
+      return c;
+  }
+  return -1;
+}
+
 nlohmann::json attention_codegen::facts() const {
   nlohmann::json f;
   f["rows"] = rows_extent();
@@ -1321,6 +1439,7 @@ nlohmann::json attention_codegen::facts() const {
   f["mask"] = !has_kill_ ? "none" : (kill_static_ ? "static" : "dynamic");
   f["v_storage_dtype"] = v_storage_dtype_;
   f["v_shared"] = v_share_ >= 0;
+  f["head_axis"] = head_axis();
   f["out_dtype"] = p_.out_dtype;
   return f;
 }

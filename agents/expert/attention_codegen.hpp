@@ -26,6 +26,8 @@ struct operand_view {
   std::string axes;
   std::string shape;       // the view's shape as a Python tuple expression
   bool transposed = false;
+  std::vector<int> lead_c;  // kv-row (c) axes of its leading dimensions, in order
+  std::vector<int> lane_c;  // c axes merged into its lane dimension
 };
 
 class attention_codegen {
@@ -79,6 +81,9 @@ public:
   const std::string& module_code() const { return module_code_; }
   bool has_kill() const { return has_kill_; }
   bool kill_static() const { return kill_static_; }
+  // `_score_live` was emitted: the scores of a block where the mask kills nothing, its
+  // mask selects replaced by the branch they take there.
+  bool has_live_score() const { return has_live_score_; }
   bool kill_rows() const { return kill_rows_; }
   const std::vector<int>& kill_c() const { return kill_c_; }
   // Per term: the dtype its Q K^T runs in, and the dtype of its result in the reference.
@@ -86,6 +91,10 @@ public:
   std::string v_storage_dtype() const { return v_storage_dtype_; }
   // The term whose K tile is also V (same input, same layout), -1 when V has its own.
   int v_shared_with() const { return v_share_; }
+  // A kv-row axis a block may hold several of (heads): a leading dimension of every q, k,
+  // v and output view, in no tile's lanes, read by neither the mask tables nor the score
+  // function nor the scalars; -1 when none is.
+  int head_axis() const;
   int row_align() const { return row_align_; }
   std::string c_sizes() const;         // Python tuple of the kv-row sizes
   std::string rows_size() const;       // Python expression of the number of rows
@@ -124,6 +133,12 @@ private:
                    std::string& why);
   std::string kill_of(const value_ref& v);
   std::string kill_node(int node);
+  // The operand (1 or 2) a select takes wherever the scores are not killed, when its other
+  // branch is surely killed and its kill reaches the scores' kill through ors only; 0 if none.
+  unsigned live_branch(int node);
+  // The predicate of a select as code, when it reads only positions and scalar inputs.
+  std::string pure_predicate(int node) const;
+  void mark_live_selects(const value_ref& v, std::map<int, unsigned>& live);
 
   const graph_view& g_;
   const attention_pattern& p_;
@@ -141,7 +156,7 @@ private:
   std::set<int> impure_;               // region nodes depending on scores or tiles
   std::map<int, std::string> kill_memo_;
   std::set<int> kill_refs_;
-  bool has_kill_ = false, kill_static_ = true, kill_rows_ = false;
+  bool has_kill_ = false, kill_static_ = true, kill_rows_ = false, has_live_score_ = false;
   std::vector<int> kill_c_;
   std::vector<std::pair<std::string, std::string>> term_dtypes_;
   std::string v_storage_dtype_;

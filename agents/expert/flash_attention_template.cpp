@@ -71,6 +71,8 @@ public:
                              {"pv_dtype", default_pv_dtype(m)}, {"qk_dtype", "auto"},
                              {"row_semantics", "parallel"},
                              {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
+    if (m.facts.value("head_axis", -1) >= 0)
+      params["block_h"] = 1;
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes * 0.6);
     while (vmem_bytes(m, params) > budget) {
       int64_t bq = params["block_q"], bk = params["block_k"];
@@ -108,6 +110,17 @@ public:
     bk.reduction = true;
     bk.meaning = "keys per block (the online-softmax reduction axis)";
     t.push_back(bk);
+    int head = m.facts.value("head_axis", -1);
+    if (head >= 0) {
+      tunable bh;
+      bh.name = "block_h";
+      bh.what = tunable::kind::block;
+      bh.extent = m.facts["kv_rows"][static_cast<size_t>(head)];
+      bh.align = 1;
+      bh.grid_axis = head;
+      bh.meaning = "heads per block (batched dots): fewer, larger grid steps";
+      t.push_back(bh);
+    }
     tunable pv;
     pv.name = "pv_dtype";
     pv.what = tunable::kind::choice;
@@ -143,6 +156,10 @@ public:
     int64_t bq = fit_block(params.value("block_q", 1024), rows, f.value("row_align", 8));
     int64_t bk = fit_block(params.value("block_k", 512), keys, 128);
     int64_t dv = f.value("value_dim", 128);
+    int head = f.value("head_axis", -1);
+    int64_t bh = head < 0 ? 1
+                          : fit_block(params.value("block_h", 1),
+                                      f["kv_rows"][static_cast<size_t>(head)].get<int64_t>(), 1);
     int64_t qi = f.value("itemsize_q", 2), kvi = f.value("itemsize_kv", 2);
     int64_t oi = f.value("itemsize_out", 2), ti = f.value("tile_bytes", 0);
     int64_t blocks = 0;
@@ -153,7 +170,7 @@ public:
     blocks += (f.value("v_shared", false) ? 0 : bk * dv * kvi) + bq * bk * ti + bq * dv * oi;
     int64_t scratch = 2 * bq * 128 * 4 + bq * std::max<int64_t>(dv, 128) * 4;
     int64_t temporaries = 3 * bq * bk * 4;
-    return 2 * blocks + scratch + temporaries;
+    return bh * (2 * blocks + scratch + temporaries);
   }
 
   bool render(const template_match& m, const nlohmann::json& params, std::string& source,
@@ -170,7 +187,9 @@ public:
       }
       return true;
     };
-    int64_t bq, bk, vmem;
+    int64_t bq, bk, bh = 1, vmem;
+    if (params.contains("block_h") && !get_int("block_h", 1, 1 << 16, bh))
+      return false;
     if (!get_int("block_q", 1, 1 << 16, bq) || !get_int("block_k", 1, 1 << 17, bk) ||
         !get_int("vmem_limit_bytes", 1 << 20, int64_t(1) << 32, vmem))
       return false;
@@ -197,6 +216,7 @@ public:
                           {"params", params.dump()},
                           {"block_q", std::to_string(bq)},
                           {"block_k", std::to_string(bk)},
+                          {"block_h", std::to_string(bh)},
                           {"pv_dtype", pv},
                           {"qk_dtype", qk},
                           {"vmem_limit_bytes", std::to_string(vmem)},
@@ -244,13 +264,15 @@ private:
     body += fmt::format(
         "o = _flash(\n    {},\n    ({}, {}, _pre_v, {}),\n    {},\n    {},\n"
         "    c_sizes={}, rows={}, keys={},\n    out_shape={}, out_axes={}, out_dtype=\"{}\",\n"
-        "    score=_score, kill={}, kill_static={}, kill_c={}, kill_rows={}, row_align={})\n",
+        "    score=_score, score_live={}, kill={}, kill_static={}, kill_c={}, kill_rows={},\n"
+        "    row_align={}, head_axis={})\n",
         terms, cg.v_shared_with() < 0 ? cg.v_view().var : "None",
         cg.v_shared_with() < 0 ? cg.v_view().axes : "None", cg.v_shared_with(), tiles, scalars, cg.c_sizes(), cg.rows_size(),
         cg.keys_size(), cg.out_view().shape, cg.out_view().axes,
-        cg.facts()["out_dtype"].get<std::string>(), cg.has_kill() ? "_kill" : "None",
+        cg.facts()["out_dtype"].get<std::string>(),
+        cg.has_live_score() ? "_score_live" : "None", cg.has_kill() ? "_kill" : "None",
         cg.kill_static() ? "True" : "False", py_tuple_ints(cg.kill_c()),
-        cg.kill_rows() ? "True" : "False", cg.row_align());
+        cg.kill_rows() ? "True" : "False", cg.row_align(), cg.head_axis());
     body += cg.out_view().code;
     body += cg.epilogue_code();
     body += "return " + cg.result() + "\n";

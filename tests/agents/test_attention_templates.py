@@ -43,6 +43,23 @@ def test_einsum_bhsd_causal_jax_nn_softmax(tmp_path):
     # causal: the key blocks above the diagonal are skipped, so the grid's key axis is shorter
     # than the number of key blocks only when counted per row block; the tables are there
     assert "_block_tables" in source and "def _kill" in source
+    # blocks the mask leaves whole (row block 1 x key block 0 here) take the scores without
+    # the mask: its positions are not even computed there
+    live = source.split("def _score_live")[1].split("\n\n")[0]
+    assert "ix.r(" not in live and "ix.k(" not in live and "xp.where" not in live, live
+    assert "score_live=_score_live" in source
+
+    # both heads in one block: batched dots over a leading head dimension, half the grid
+    facts = matched["facts"]
+    head = facts["head_axis"]   # the batch of 1 is no kv-row axis: the heads are axis 0
+    assert head >= 0 and facts["kv_rows"][head] == 2, facts["kv_rows"]
+    _, two, _ = template_and_check(tmp_path, spec, "flash_attention",
+                                   {"block_q": 128, "block_k": 128, "block_h": 2})
+    one_grid, two_grid = result["pallas_calls"][0]["grid"], two["pallas_calls"][0]["grid"]
+    assert one_grid[head] == 2 and two_grid[head] == 1, (one_grid, two_grid)
+    assert two_grid[-1] == one_grid[-1], (one_grid, two_grid)
+    q_block = two["pallas_calls"][0]["operands"][3]["block_shape"]
+    assert q_block[head] == 2, q_block
 
 
 def test_matmul_bshd_gqa_repeat_handwritten_softmax(tmp_path):
@@ -142,10 +159,12 @@ def test_normalised_after_pv_with_key_padding_lengths(tmp_path):
             o = jnp.einsum("bhqk,bhkd->bhqd", e, v.astype(jnp.float32))
             return (o / jnp.sum(e, axis=-1)[..., None]).astype(jnp.bfloat16)
         """)
+    # both heads in one block: the mask reads the lengths per batch cell, which they share
     matched, _, _ = template_and_check(tmp_path, spec, "flash_attention",
-                                       {"block_q": 128, "block_k": 128})
+                                       {"block_q": 128, "block_k": 128, "block_h": 2})
     summary = matched["matches"][0]["summary"]
     assert "mask data-dependent" in summary and "normalised after PV" in summary, summary
+    assert matched["facts"]["head_axis"] == 1 and matched["params"]["block_h"] == 2
 
 
 def test_boolean_mask_input_and_finfo_fill(tmp_path):

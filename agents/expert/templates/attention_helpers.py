@@ -178,31 +178,39 @@ class _GridIx:
 
 
 def _block_tables(kill, static, c_used, uses_rows, c_sizes, rows, keys, bq, bk, scalars,
-                  scalar_c):
+                  scalar_c, cut=False):
     """Per (kv rows used, row block): the key blocks that are not fully masked, in order,
     padded with the last one (its DMA is then skipped), and their count.
-    Returns (ids [n, nk], counts [n], n_row_tables, max_count) flattened, or None."""
+    Returns (ids [n, nk], counts [n], n_row_tables, max_count) flattened, or None; with `cut`,
+    also [n, nk]: whether the mask kills anything in the block (where it leaves a block whole,
+    the kernel skips computing the mask)."""
     xp = _NumpyOps if static else _JaxOps
     lib = np if static else jnp
     nq, nk = rows // bq, keys // bk
     cshape = [c_sizes[i] for i in c_used]
     ncell = _prod(cshape)
-    dead_parts = []
+    dead_parts, cut_parts = [], []
     if uses_rows:
         per_block = max(1, ncell * bq * keys)
         chunk = max(1, (1 << 24) // per_block) if static else nq
         for q0 in range(0, nq, chunk):
             nb = min(chunk, nq - q0)
             ix = _GridIx(xp, c_used, c_sizes, q0 * bq, nb * bq, keys, scalars, scalar_c)
-            dead = lib.broadcast_to(kill(ix, xp), tuple(cshape) + (nb * bq, keys))
-            dead = dead.reshape(tuple(cshape) + (nb, bq, nk, bk)).all(axis=(-3, -1))
-            dead_parts.append(dead)
+            killed = lib.broadcast_to(kill(ix, xp), tuple(cshape) + (nb * bq, keys))
+            killed = killed.reshape(tuple(cshape) + (nb, bq, nk, bk))
+            dead_parts.append(killed.all(axis=(-3, -1)))
+            if cut:
+                cut_parts.append(killed.any(axis=(-3, -1)))
         dead = dead_parts[0] if len(dead_parts) == 1 else lib.concatenate(dead_parts, axis=-2)
+        if cut:
+            cut_parts = [lib.concatenate(cut_parts, axis=-2)]
         nrt = nq
     else:
         ix = _GridIx(xp, c_used, c_sizes, 0, 1, keys, scalars, scalar_c)
-        dead = lib.broadcast_to(kill(ix, xp), tuple(cshape) + (1, keys))
-        dead = dead.reshape(tuple(cshape) + (1, nk, bk)).all(axis=-1)
+        killed = lib.broadcast_to(kill(ix, xp), tuple(cshape) + (1, keys))
+        killed = killed.reshape(tuple(cshape) + (1, nk, bk))
+        dead = killed.all(axis=-1)
+        cut_parts = [killed.any(axis=-1)]
         nrt = 1
     active = ~dead.reshape(ncell * nrt, nk)
     counts = active.sum(axis=-1).astype(np.int32)
@@ -213,26 +221,29 @@ def _block_tables(kill, static, c_used, uses_rows, c_sizes, rows, keys, bq, bk, 
     last = lib.take_along_axis(order, lib.maximum(counts - 1, 0)[:, None], axis=-1)
     ids = lib.where(lib.arange(nk)[None, :] < counts[:, None], order, last).astype(np.int32)
     max_count = max(1, int(counts.max())) if static else nk
+    if cut:
+        return ids.reshape(-1), counts, nrt, max_count, cut_parts[0].reshape(ncell * nrt, nk)
     return ids.reshape(-1), counts, nrt, max_count
 
 
 def _lanes(x, n):
-    """A (rows, 128) lane-replicated statistic as (rows, n)."""
-    if n == x.shape[1]:
+    """A (..., rows, 128) lane-replicated statistic as (..., rows, n)."""
+    w = x.shape[-1]
+    if n == w:
         return x
-    if n % x.shape[1] == 0:
-        return jnp.tile(x, (1, n // x.shape[1]))
-    if n < x.shape[1]:
-        return x[:, :n]
-    return x[:, :1]
+    if n % w == 0:
+        return jnp.tile(x, (1,) * (x.ndim - 1) + (n // w,))
+    if n < w:
+        return x[..., :n]
+    return x[..., :1]
 
 
-def _block_shape(array, axes, c_sizes, bq, bk):
+def _block_shape(array, axes, c_sizes, bq, bk, head_axis=-1, bh=1):
     shape = []
     for ax, d in zip(axes, array.shape):
         kind = ax[0]
         if kind == "c":
-            shape.append(None)
+            shape.append(bh if ax[1] == head_axis and bh > 1 else None)
         elif kind == "rows":
             shape.append(bq)
         elif kind == "keys":
@@ -244,13 +255,16 @@ def _block_shape(array, axes, c_sizes, bq, bk):
     return tuple(shape)
 
 
-def _pair_schedule(ids_table, counts, n_cells, nq, nk):
+def _pair_schedule(ids_table, counts, n_cells, nq, nk, cut=None):
     """The (row block, key block) pairs to visit per cell of the mask's kv rows, row block by
     row block: (rows, keys, flags) flattened [n_cells * n_steps], flags bit 0 first pair of
-    its row block, bit 1 last, bit 2 compute; and n_steps. A row block without any key
-    block still gets one (non-computing) pair so that its output is written."""
+    its row block, bit 1 last, bit 2 compute, bit 3 the mask kills part of the block (per
+    `cut`, [n_cells * nq, nk]; every computed block when it is None); and n_steps. A row block
+    without any key block still gets one (non-computing) pair so that its output is written."""
     ids = np.asarray(ids_table).reshape(n_cells, nq, nk)
     counts = np.asarray(counts).reshape(n_cells, nq)
+    cut = (np.ones((n_cells, nq, nk), bool) if cut is None
+           else np.asarray(cut).reshape(n_cells, nq, nk))
     per_cell = []
     for c in range(n_cells):
         pairs = []
@@ -259,7 +273,9 @@ def _pair_schedule(ids_table, counts, n_cells, nq, nk):
             if n == 0:
                 pairs.append((i, 0, 3))
             for t in range(n):
-                pairs.append((i, int(ids[c, i, t]), (t == 0) | ((t == n - 1) << 1) | 4))
+                kb = int(ids[c, i, t])
+                pairs.append((i, kb, (t == 0) | ((t == n - 1) << 1) | 4
+                              | (int(cut[c, i, kb]) << 3)))
         per_cell.append(pairs)
     steps = max(len(p) for p in per_cell)
     rows = np.zeros((n_cells, steps), np.int32)

@@ -5,7 +5,9 @@
 "arbitrary"; the running max m, sum l and output accumulator in f32 VMEM scratch (online
 softmax); the score function is the reference's own, generated from its jaxpr. Key blocks a
 mask kills entirely are skipped: under a static mask (causal, local, global) the grid runs
-over the live (row block, key block) pairs only (a schedule in SMEM by scalar prefetch);
+over the live (row block, key block) pairs only (a schedule in SMEM by scalar prefetch), and
+the mask is computed only on the blocks it cuts (elsewhere `_score_live`: the scores with the
+mask's selects on the branch they take there);
 under a mask that reads the inputs (lengths) the dead blocks are neither copied nor
 computed."""
 
@@ -20,6 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 BLOCK_Q = {{block_q}}            # rows (query positions x heads of a group) per block
 BLOCK_K = {{block_k}}            # keys per block
+BLOCK_H = {{block_h}}            # heads (cells of the head axis) per block: batched dots
 PV_DTYPE = "{{pv_dtype}}"        # dtype of the P @ V matmul operands (f32 accumulation)
 QK_DTYPE = "{{qk_dtype}}"        # of the Q K^T operands: "auto" keeps the reference's
 VMEM_LIMIT_BYTES = {{vmem_limit_bytes}}
@@ -28,18 +31,23 @@ ROW_SEMANTICS = "{{row_semantics}}"  # of the kv-row and row-block grid axes
 {{helpers}}
 
 def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes, out_dtype,
-           score, kill, kill_static, kill_c, kill_rows, row_align):
+           score, score_live, kill, kill_static, kill_c, kill_rows, row_align, head_axis):
     nc = len(c_sizes)
     bq = _fit(BLOCK_Q, rows, row_align)
     bk = _fit(BLOCK_K, keys, 128)
+    bh = _fit(BLOCK_H, c_sizes[head_axis], 1) if head_axis >= 0 else 1
+    lead = (bh,) if bh > 1 else ()       # a block's leading head dimension
+    c_grid = tuple(c // bh if i == head_axis else c for i, c in enumerate(c_sizes))
     nq, nk = rows // bq, keys // bk
     scalar_arrays = [s for s, _ in scalars]
     scalar_c = [c for _, c in scalars]
     n_cells = _prod(c_sizes[i] for i in kill_c)
     tables = None
+    # Blocks the mask leaves whole run score_live: the scores without computing the mask.
+    cut = score_live is not None and kill_static and kill_rows
     if kill is not None and n_cells * (nq if kill_rows else 1) * nk <= (1 << 17):
         tables = _block_tables(kill, kill_static, kill_c, kill_rows, c_sizes, rows, keys,
-                               bq, bk, scalar_arrays, scalar_c)
+                               bq, bk, scalar_arrays, scalar_c, cut=cut)
 
     def cell(ids):
         flat = 0
@@ -54,11 +62,11 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
     # block) nor computed. No mask: every block.
     pairs = tables is not None and kill_static and kill_rows
     if pairs:
-        ids_table, counts_table, _, _ = tables
+        ids_table, counts_table, _, _ = tables[:4]
         s_rows, s_keys, s_flags, n_steps = _pair_schedule(ids_table, counts_table, n_cells,
-                                                          nq, nk)
+                                                          nq, nk, tables[4] if cut else None)
         prefetch = [s_rows, s_keys, s_flags]
-        grid = tuple(c_sizes) + (n_steps,)
+        grid = c_grid + (n_steps,)
 
         def pos(ids):
             return cell(ids) * n_steps + ids[nc]
@@ -69,9 +77,9 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
         def key_block(ids, refs):
             return refs[1][pos(ids)]
     elif tables is not None:
-        ids_table, counts_table, n_row_tables, nj = tables
+        ids_table, counts_table, n_row_tables, nj = tables[:4]
         prefetch = [ids_table, counts_table]
-        grid = tuple(c_sizes) + (nq, nj)
+        grid = c_grid + (nq, nj)
 
         def row_cell(ids):
             return cell(ids) * n_row_tables + (ids[nc] if kill_rows else 0)
@@ -83,7 +91,7 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
             return refs[0][row_cell(ids) * nk + ids[nc + 1]]
     else:
         prefetch = []
-        grid = tuple(c_sizes) + (nq, nk)
+        grid = c_grid + (nq, nk)
 
         def row_block(ids, refs):
             return ids[nc]
@@ -95,7 +103,7 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
     prefetch = prefetch + scalar_arrays
 
     def spec(array, axes):
-        return pl.BlockSpec(_block_shape(array, axes, c_sizes, bq, bk),
+        return pl.BlockSpec(_block_shape(array, axes, c_sizes, bq, bk, head_axis, bh),
                             _index_map(axes, c_sizes, ngrid, row_block, key_block))
 
     operands, in_specs = [], []
@@ -113,7 +121,7 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
         operands.append(t)
         in_specs.append(spec(t, t_axes))
     out_struct = jax.ShapeDtypeStruct(out_shape, jnp.dtype(out_dtype))
-    out_block = _block_shape(out_struct, out_axes, c_sizes, bq, bk)
+    out_block = _block_shape(out_struct, out_axes, c_sizes, bq, bk, head_axis, bh)
     dv = out_block[-1]
     n_terms, n_tiles = len(terms), len(tiles)
 
@@ -127,9 +135,12 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
         tile_refs = refs[2 * n_terms + n_v:2 * n_terms + n_v + n_tiles]
         o_ref, m_ref, l_ref, acc_ref = refs[2 * n_terms + n_v + n_tiles:]
         ids = [pl.program_id(i) for i in range(ngrid)]
+        whole = None
         if pairs:
             flags = pf[2][pos(ids)]
             first, last, run = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
+            if cut:
+                whole = (flags & 8) == 0
         else:
             j = ids[nc + 1]
             first, last = j == 0, j == grid[-1] - 1
@@ -143,36 +154,43 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
 
         qb, kb = row_block(ids, pf), key_block(ids, pf)
 
-        def step():
+        # Q K^T and P V per head of the block: a batch dimension when it holds several.
+        batch = ((0,), (0,)) if lead else ((), ())
+        nd = len(lead)
+
+        def step(score):
             s_terms = []
             for t, (_, _, q_pre, _, _, k_pre, dot_dtype, s_dtype) in enumerate(terms):
                 dot_dtype = dot_dtype if QK_DTYPE == "auto" else QK_DTYPE
                 qv = q_pre(q_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
                 kv = k_pre(k_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
-                st = jax.lax.dot_general(qv, kv, (((1,), (1,)), ((), ())),
+                st = jax.lax.dot_general(qv, kv, (((nd + 1,), (nd + 1,)), batch),
                                          preferred_element_type=jnp.float32)
                 s_terms.append(st.astype(jnp.dtype(s_dtype)))
             ix = _TileIx(ids, qb * bq, kb * bk, bq, bk, c_sizes, tile_refs,
                          pf[n_tables:], scalar_c)
             s = score(s_terms, ix, _JaxOps)
-            s = jnp.broadcast_to(jnp.asarray(s).astype(jnp.float32), (bq, bk))
+            s = jnp.broadcast_to(jnp.asarray(s).astype(jnp.float32), lead + (bq, bk))
             m_prev = m_ref[...]
-            m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+            m_next = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
             m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)
             p = jnp.exp(s - _lanes(m_safe, bk))
             alpha = jnp.exp(m_prev - m_safe)
-            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
             m_ref[...] = m_next
             vv = v_pre(v_ref[...], _JaxOps).astype(jnp.dtype(PV_DTYPE))
             pv = jax.lax.dot_general(p.astype(jnp.dtype(PV_DTYPE)), vv,
-                                     (((1,), (0,)), ((), ())),
+                                     (((nd + 1,), (nd,)), batch),
                                      preferred_element_type=jnp.float32)
             acc_ref[...] = _lanes(alpha, dv) * acc_ref[...] + pv
 
-        if run is None:
-            step()
+        if whole is not None:
+            pl.when(run & ~whole)(lambda: step(score))
+            pl.when(run & whole)(lambda: step(score_live))
+        elif run is None:
+            step(score)
         else:
-            pl.when(run)(step)
+            pl.when(run)(lambda: step(score))
 
         @pl.when(last)
         def _finish():
@@ -187,9 +205,9 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
             in_specs=in_specs,
             out_specs=pl.BlockSpec(out_block, _index_map(out_axes, c_sizes, ngrid, row_block,
                                                          key_block)),
-            scratch_shapes=[pltpu.VMEM((bq, 128), jnp.float32),
-                            pltpu.VMEM((bq, 128), jnp.float32),
-                            pltpu.VMEM((bq, dv), jnp.float32)],
+            scratch_shapes=[pltpu.VMEM(lead + (bq, 128), jnp.float32),
+                            pltpu.VMEM(lead + (bq, 128), jnp.float32),
+                            pltpu.VMEM(lead + (bq, dv), jnp.float32)],
         ),
         out_shape=out_struct,
         compiler_params=pltpu.CompilerParams(dimension_semantics=semantics,
