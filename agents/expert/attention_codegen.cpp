@@ -1393,21 +1393,25 @@ std::string attention_codegen::summary() const {
 }
 
 int attention_codegen::head_axis() const {
-  std::vector<const operand_view*> whole;
+  // q and the output hold the axis; a key or value view may instead be shared by the heads
+  // (an MLA rope key): the kernel folds the heads into the rows of that product
+  std::vector<const operand_view*> own, kv;
   for (const auto& v : q_views_)
-    whole.push_back(&v);
-  if (!external_kv_) {
-    for (const auto& v : k_views_)
-      whole.push_back(&v);
-    if (v_share_ < 0)
-      whole.push_back(&v_view_);
-  }
-  whole.push_back(&out_view_);
+    own.push_back(&v);
+  own.push_back(&out_view_);
+  if (external_kv_)
+    return -1;
+  for (const auto& v : k_views_)
+    kv.push_back(&v);
+  if (v_share_ < 0)
+    kv.push_back(&v_view_);
   for (int c = static_cast<int>(p_.kv_rows.size()) - 1; c >= 0; --c) {
     if (p_.space.size(p_.kv_rows[static_cast<size_t>(c)]) < 2 || contains(kill_c_, c))
       continue;
-    bool ok = std::all_of(whole.begin(), whole.end(),
+    bool ok = std::all_of(own.begin(), own.end(),
                           [&](const operand_view* v) { return contains(v->lead_c, c); });
+    for (const auto* v : kv)
+      ok = ok && !contains(v->lane_c, c);
     for (const auto& t : tile_views_)
       ok = ok && !contains(t.lane_c, c);
     for (const auto& sc : scalar_c_)

@@ -91,9 +91,10 @@ public:
   std::string v_storage_dtype() const { return v_storage_dtype_; }
   // The term whose K tile is also V (same input, same layout), -1 when V has its own.
   int v_shared_with() const { return v_share_; }
-  // A kv-row axis a block may hold several of (heads): a leading dimension of every q, k,
-  // v and output view, in no tile's lanes, read by neither the mask tables nor the score
-  // function nor the scalars; -1 when none is.
+  // A kv-row axis a block may hold several of (heads): a leading dimension of every q and
+  // output view, of every k and v view or of none of them (shared by the heads), in no
+  // view's lanes, read by neither the mask tables nor the score function nor the scalars;
+  // -1 when none is.
   int head_axis() const;
   int row_align() const { return row_align_; }
   std::string c_sizes() const;         // Python tuple of the kv-row sizes

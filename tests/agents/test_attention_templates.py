@@ -388,10 +388,12 @@ def test_mla_layer_two_score_products_rope_key_shared_by_heads(tmp_path):
          "{name: w_uv, shape: [C, H, V], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.09}}}",
          "{name: w_o, shape: [H, V, E], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.06}}}"],
         MLA_LAYER_REFERENCE, tolerance="{atol: 2.0e-2, rtol: 2.0e-2}")
+    # both heads in one block, the rope key shared by them (its product over the heads' rows)
     matched, _, source = template_and_check(tmp_path, spec, "flash_attention",
-                                            {"block_q": 128, "block_k": 128})
+                                            {"block_q": 128, "block_k": 128, "block_h": 2})
     summary = matched["matches"][0]["summary"]
     assert "qk dims [128+64]" in summary and "mask static" in summary, summary
+    assert matched["params"]["block_h"] == 2 and matched["facts"]["head_axis"] >= 0
     body = source.split("def workload(")[1]
     prologue, epilogue = body.split("o = _flash(")
     assert "lax.cos" in prologue and "lax.dot_general" in prologue

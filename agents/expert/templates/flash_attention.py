@@ -164,8 +164,14 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
                 dot_dtype = dot_dtype if QK_DTYPE == "auto" else QK_DTYPE
                 qv = q_pre(q_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
                 kv = k_pre(k_refs[t][...], _JaxOps).astype(jnp.dtype(dot_dtype))
-                st = jax.lax.dot_general(qv, kv, (((nd + 1,), (nd + 1,)), batch),
-                                         preferred_element_type=jnp.float32)
+                if nd and kv.ndim == 2:   # a key shared by the block's heads: one product
+                    st = jax.lax.dot_general(qv.reshape(bh * bq, qv.shape[-1]), kv,
+                                             (((1,), (1,)), ((), ())),
+                                             preferred_element_type=jnp.float32)
+                    st = st.reshape(lead + (bq, bk))
+                else:
+                    st = jax.lax.dot_general(qv, kv, (((nd + 1,), (nd + 1,)), batch),
+                                             preferred_element_type=jnp.float32)
                 s_terms.append(st.astype(jnp.dtype(s_dtype)))
             ix = _TileIx(ids, qb * bq, kb * bk, bq, bk, c_sizes, tile_refs,
                          pf[n_tables:], scalar_c)
@@ -179,9 +185,15 @@ def _flash(terms, v, tiles, scalars, *, c_sizes, rows, keys, out_shape, out_axes
             l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
             m_ref[...] = m_next
             vv = v_pre(v_ref[...], _JaxOps).astype(jnp.dtype(PV_DTYPE))
-            pv = jax.lax.dot_general(p.astype(jnp.dtype(PV_DTYPE)), vv,
-                                     (((nd + 1,), (nd,)), batch),
-                                     preferred_element_type=jnp.float32)
+            if nd and vv.ndim == 2:       # values shared by the block's heads
+                pv = jax.lax.dot_general(p.reshape(bh * bq, bk).astype(jnp.dtype(PV_DTYPE)),
+                                         vv, (((1,), (0,)), ((), ())),
+                                         preferred_element_type=jnp.float32)
+                pv = pv.reshape(lead + (bq, dv))
+            else:
+                pv = jax.lax.dot_general(p.astype(jnp.dtype(PV_DTYPE)), vv,
+                                         (((nd + 1,), (nd,)), batch),
+                                         preferred_element_type=jnp.float32)
             acc_ref[...] = _lanes(alpha, dv) * acc_ref[...] + pv
 
         if whole is not None:
