@@ -6,7 +6,8 @@
 #     recomputed from Q, K and lse; dV += P^T dO, dS = P * (dO V^T - delta), dK += dS^T Q;
 #  3. dQ: grid (bh, query blocks, key blocks), key axis last: dQ += dS K.
 # Causal: blocks above the diagonal are skipped and their copies avoided by clamping the
-# index maps to the last block that is needed.
+# index maps to the last block that is needed; the mask is computed only on the blocks the
+# diagonal cuts (those below it are whole).
 import functools
 
 import jax
@@ -44,13 +45,25 @@ def _nn(a, b):
     return jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
 
-def _scores(q, k, qi, ki, bq, bk):
+def _scores(q, k, qi, ki, bq, bk, masked):
     s = _nt(q, k) * SCALE
-    if CAUSAL:
+    if masked:
         rows = qi * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
         cols = ki * bk + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
         s = jnp.where(rows >= cols, s, MASK_VALUE)
     return s
+
+
+def _causal_steps(qi, ki, bq, bk, step):
+    """step(masked) on the (query block, key block) pairs the mask leaves alive: with the mask
+    where the diagonal cuts the block, without it where the block lies wholly below."""
+    if not CAUSAL:
+        step(False)
+        return
+    live = ki * bk <= qi * bq + bq - 1
+    whole = ki * bk + bk - 1 <= qi * bq
+    pl.when(live & jnp.logical_not(whole))(lambda: step(True))
+    pl.when(whole)(lambda: step(False))
 
 
 def _stats_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, m_sc, l_sc, acc_sc, *,
@@ -63,8 +76,8 @@ def _stats_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, m_sc, l_sc, a
         l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
         acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
 
-    def _step():
-        s = _scores(q_ref[0].astype(mxu), k_ref[0].astype(mxu), qi, ki, bq, bk)
+    def _step(masked):
+        s = _scores(q_ref[0].astype(mxu), k_ref[0].astype(mxu), qi, ki, bq, bk, masked)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         p = jnp.exp(s - m_new)
@@ -73,10 +86,7 @@ def _stats_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, m_sc, l_sc, a
         acc_sc[...] = alpha * acc_sc[...] + _nn(p.astype(mxu), v_ref[0].astype(mxu))
         m_sc[...] = m_new
 
-    if CAUSAL:
-        pl.when(ki * bk <= qi * bq + bq - 1)(_step)
-    else:
-        _step()
+    _causal_steps(qi, ki, bq, bk, _step)
 
     @pl.when(ki == pl.num_programs(2) - 1)
     def _final():
@@ -86,8 +96,8 @@ def _stats_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, m_sc, l_sc, a
         delta_ref[0] = jnp.sum(o * do_ref[0].astype(jnp.float32), axis=-1, keepdims=True)
 
 
-def _probs_and_ds(q, k, v, do, lse, delta, qi, ki, bq, bk, mxu):
-    s = _scores(q, k, qi, ki, bq, bk)
+def _probs_and_ds(q, k, v, do, lse, delta, qi, ki, bq, bk, masked):
+    s = _scores(q, k, qi, ki, bq, bk, masked)
     p = jnp.exp(s - lse)
     dp = _nt(do, v)
     ds = p * (dp - delta)
@@ -103,18 +113,15 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref,
         dk_sc[...] = jnp.zeros(dk_sc.shape, jnp.float32)
         dv_sc[...] = jnp.zeros(dv_sc.shape, jnp.float32)
 
-    def _step():
+    def _step(masked):
         q = q_ref[0].astype(mxu)
         do = do_ref[0].astype(mxu)
         p, ds = _probs_and_ds(q, k_ref[0].astype(mxu), v_ref[0].astype(mxu), do, lse_ref[0],
-                              delta_ref[0], qi, ki, bq, bk, mxu)
+                              delta_ref[0], qi, ki, bq, bk, masked)
         dv_sc[...] += _tn(p.astype(mxu), do)
         dk_sc[...] += _tn(ds.astype(mxu), q)
 
-    if CAUSAL:
-        pl.when(qi * bq + bq - 1 >= ki * bk)(_step)
-    else:
-        _step()
+    _causal_steps(qi, ki, bq, bk, _step)
 
     @pl.when(qi == pl.num_programs(2) - 1)
     def _final():
@@ -129,17 +136,14 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *
     def _init():
         dq_sc[...] = jnp.zeros(dq_sc.shape, jnp.float32)
 
-    def _step():
+    def _step(masked):
         k = k_ref[0].astype(mxu)
         _, ds = _probs_and_ds(q_ref[0].astype(mxu), k, v_ref[0].astype(mxu),
                               do_ref[0].astype(mxu), lse_ref[0], delta_ref[0], qi, ki, bq, bk,
-                              mxu)
+                              masked)
         dq_sc[...] += _nn(ds.astype(mxu), k)
 
-    if CAUSAL:
-        pl.when(ki * bk <= qi * bq + bq - 1)(_step)
-    else:
-        _step()
+    _causal_steps(qi, ki, bq, bk, _step)
 
     @pl.when(ki == pl.num_programs(2) - 1)
     def _final():
