@@ -764,19 +764,7 @@ bool attention_codegen::emit_region(std::string& why) {
   if (!has_kill_)
     return true;
   // the pure nodes the mask reads, and what they depend on
-  std::set<int> support;
-  std::function<void(int)> visit = [&](int n) {
-    if (support.count(n) || !p_.region_axes.count(n) || term_of_dot_.count(n))
-      return;
-    support.insert(n);
-    for (unsigned k = 0; k < g_.operand_count(n); ++k) {
-      auto o = g_.operand(n, k);
-      if (o.is_node())
-        visit(o.id);
-    }
-  };
-  for (int n : kill_refs_)
-    visit(n);
+  std::set<int> support = region_reach({kill_refs_.begin(), kill_refs_.end()}, {});
   std::set<int> c_used;
   for (int n : support) {
     if (impure_.count(n)) {
@@ -832,19 +820,8 @@ bool attention_codegen::emit_region(std::string& why) {
   if (live.empty())
     return true;
   std::set<int> needed;
-  std::function<void(int)> need = [&](int n) {
-    if (needed.count(n) || !p_.region_axes.count(n) || term_of_dot_.count(n))
-      return;
-    needed.insert(n);
-    auto it = live.find(n);
-    for (unsigned k = 0; k < g_.operand_count(n); ++k) {
-      auto o = g_.operand(n, k);
-      if (o.is_node() && (it == live.end() || k == it->second))
-        need(o.id);
-    }
-  };
   if (p_.scores.is_node())
-    need(p_.scores.id);
+    needed = region_reach({p_.scores.id}, live);
   std::string lf = "def _score_live(s, ix, xp):\n";
   int ops_before = score_ops_;
   for (int n : p_.region) {
@@ -880,6 +857,25 @@ std::string attention_codegen::kill_of(const value_ref& v) {
   auto r = kill_node(v.id);
   kill_memo_[v.id] = r;
   return r;
+}
+
+std::set<int> attention_codegen::region_reach(const std::vector<int>& roots,
+                                              const std::map<int, unsigned>& only) const {
+  std::set<int> seen;
+  std::function<void(int)> visit = [&](int n) {
+    if (seen.count(n) || !p_.region_axes.count(n) || term_of_dot_.count(n))
+      return;
+    seen.insert(n);
+    auto it = only.find(n);
+    for (unsigned k = 0; k < g_.operand_count(n); ++k) {
+      auto o = g_.operand(n, k);
+      if (o.is_node() && (it == only.end() || k == it->second))
+        visit(o.id);
+    }
+  };
+  for (int n : roots)
+    visit(n);
+  return seen;
 }
 
 std::string attention_codegen::pure_predicate(int n) const {

@@ -137,6 +137,10 @@ private:
   // The operand (1 or 2) a select takes wherever the scores are not killed, when its other
   // branch is surely killed and its kill reaches the scores' kill through ors only; 0 if none.
   unsigned live_branch(int node);
+  // The region nodes (not the score products) the roots read, transitively; a node in `only`
+  // is followed into that one operand.
+  std::set<int> region_reach(const std::vector<int>& roots,
+                             const std::map<int, unsigned>& only) const;
   // The predicate of a select as code, when it reads only positions and scalar inputs.
   std::string pure_predicate(int node) const;
   void mark_live_selects(const value_ref& v, std::map<int, unsigned>& live);
