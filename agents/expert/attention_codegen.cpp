@@ -1388,19 +1388,47 @@ std::string attention_codegen::summary() const {
       p_.deferred_norm ? ", normalised after PV" : "");
 }
 
+std::optional<tunable> heads_tunable(const nlohmann::json& facts) {
+  int head = facts.value("head_axis", -1);
+  if (head < 0)
+    return std::nullopt;
+  tunable bh;
+  bh.name = "block_h";
+  bh.what = tunable::kind::block;
+  bh.extent = facts["kv_rows"][static_cast<size_t>(head)];
+  bh.align = 1;
+  bh.grid_axis = head;
+  bh.meaning = "heads per block (batched dots): fewer, larger grid steps";
+  return bh;
+}
+
+int64_t heads_per_block(const nlohmann::json& facts, const nlohmann::json& params) {
+  int head = facts.value("head_axis", -1);
+  if (head < 0)
+    return 1;
+  int64_t extent = facts["kv_rows"][static_cast<size_t>(head)].get<int64_t>();
+  // the largest divisor of the axis not above the request (the kernel's _fit)
+  for (int64_t b = std::min<int64_t>(std::max<int64_t>(params.value("block_h", 1), 1), extent);
+       b > 1; --b)
+    if (extent % b == 0)
+      return b;
+  return 1;
+}
+
 int attention_codegen::head_axis() const {
   // q and the output hold the axis; a key or value view may instead be shared by the heads
-  // (an MLA rope key): the kernel folds the heads into the rows of that product
+  // (an MLA rope key): the kernel folds the heads into the rows of that product. Paged keys
+  // and values (external) are the paged template's to check.
   std::vector<const operand_view*> own, kv;
   for (const auto& v : q_views_)
     own.push_back(&v);
   own.push_back(&out_view_);
-  if (external_kv_)
-    return -1;
-  for (const auto& v : k_views_)
-    kv.push_back(&v);
-  if (v_share_ < 0)
-    kv.push_back(&v_view_);
+  if (!external_kv_) {
+    for (const auto& v : k_views_)
+      kv.push_back(&v);
+    if (v_share_ < 0)
+      kv.push_back(&v_view_);
+  }
   for (int c = static_cast<int>(p_.kv_rows.size()) - 1; c >= 0; --c) {
     if (p_.space.size(p_.kv_rows[static_cast<size_t>(c)]) < 2 || contains(kill_c_, c))
       continue;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "agents/expert/attention_pattern.hpp"
+#include "agents/expert/kernel_template.hpp"
 #include "maxkernel/schema/kernel_spec.capnp.h"
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,11 @@
 #include <vector>
 
 namespace maxkernel::agents::expert {
+
+// Heads per block of the attention templates (facts "head_axis", params "block_h"): the
+// tunable when the match has a head axis, and the count a params object asks for (1 without).
+std::optional<tunable> heads_tunable(const nlohmann::json& facts);
+int64_t heads_per_block(const nlohmann::json& facts, const nlohmann::json& params);
 
 // A Python view of one operand: `code` assigns `var` from the base; `axes` is the descriptor
 // list the templates' _block_shape/_index_map read ("c" grid axis, rows, keys, lane, full,
@@ -94,7 +100,7 @@ public:
   // A kv-row axis a block may hold several of (heads): a leading dimension of every q and
   // output view, of every k and v view or of none of them (shared by the heads), in no
   // view's lanes, read by neither the mask tables nor the score function nor the scalars;
-  // -1 when none is.
+  // -1 when none is. With external (paged) keys and values, only q, output and tiles.
   int head_axis() const;
   int row_align() const { return row_align_; }
   std::string c_sizes() const;         // Python tuple of the kv-row sizes

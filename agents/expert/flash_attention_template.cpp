@@ -110,17 +110,8 @@ public:
     bk.reduction = true;
     bk.meaning = "keys per block (the online-softmax reduction axis)";
     t.push_back(bk);
-    int head = m.facts.value("head_axis", -1);
-    if (head >= 0) {
-      tunable bh;
-      bh.name = "block_h";
-      bh.what = tunable::kind::block;
-      bh.extent = m.facts["kv_rows"][static_cast<size_t>(head)];
-      bh.align = 1;
-      bh.grid_axis = head;
-      bh.meaning = "heads per block (batched dots): fewer, larger grid steps";
-      t.push_back(bh);
-    }
+    if (auto bh = heads_tunable(m.facts))
+      t.push_back(*bh);
     tunable pv;
     pv.name = "pv_dtype";
     pv.what = tunable::kind::choice;
@@ -156,10 +147,7 @@ public:
     int64_t bq = fit_block(params.value("block_q", 1024), rows, f.value("row_align", 8));
     int64_t bk = fit_block(params.value("block_k", 512), keys, 128);
     int64_t dv = f.value("value_dim", 128);
-    int head = f.value("head_axis", -1);
-    int64_t bh = head < 0 ? 1
-                          : fit_block(params.value("block_h", 1),
-                                      f["kv_rows"][static_cast<size_t>(head)].get<int64_t>(), 1);
+    int64_t bh = heads_per_block(f, params);
     int64_t qi = f.value("itemsize_q", 2), kvi = f.value("itemsize_kv", 2);
     int64_t oi = f.value("itemsize_out", 2), ti = f.value("tile_bytes", 0);
     int64_t blocks = 0;

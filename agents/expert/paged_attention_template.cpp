@@ -342,6 +342,16 @@ public:
     m.facts["page"] = pp.space.size(pp.keys[1]);
     m.facts["pages_per_seq"] = pp.space.size(pp.keys[0]);
     m.facts["qk_dim"] = cg.qk_dims()[0];
+    // several kv heads per step: the pools are indexed by the head axis and the page tables
+    // are not (each head's pages are the sequence's)
+    int head = cg.head_axis();
+    auto pool_has = [&](const std::string& desc) {
+      return desc.find(fmt::format("(\"c\", {})", head)) != std::string::npos;
+    };
+    if (head >= 0 && !(pool_has(kdesc) && pool_has(vdesc) && !contains(ktc, head) &&
+                       !contains(vtc, head)))
+      head = -1;
+    m.facts["head_axis"] = head;
     // the workload
     std::string body = cg.prologue_code() + cg.sizes_code() + cg.functions();
     const auto& q = cg.q_views()[0];
@@ -362,13 +372,14 @@ public:
         "    ({}, {}, vtab, {}, _pre_v),\n    {},\n    {},\n"
         "    c_sizes={}, rows={}, keys={}, page={},\n    out_shape={}, out_axes={}, out_dtype=\"{}\",\n"
         "    dot_dtype=\"{}\", s_dtype=\"{}\",\n"
-        "    score=_score, kill={}, kill_static={}, kill_c={}, kill_rows={}, row_align={})\n",
+        "    score=_score, kill={}, kill_static={}, kill_c={}, kill_rows={}, row_align={},\n"
+        "    head_axis={})\n",
         q.var, q.axes, argname(kpool->pool_input), kdesc, tuple_ints(ktc),
         argname(vpool->pool_input), vdesc, tuple_ints(vtc), tiles, scalars, cg.c_sizes(),
         cg.rows_size(), cg.keys_size(), cg.size_of(pp.keys[1]), cg.out_view().shape,
         cg.out_view().axes, pp.out_dtype, cg.term_dtypes()[0].first, cg.term_dtypes()[0].second,
         cg.has_kill() ? "_kill" : "None", cg.kill_static() ? "True" : "False",
-        tuple_ints(cg.kill_c()), cg.kill_rows() ? "True" : "False", cg.row_align());
+        tuple_ints(cg.kill_c()), cg.kill_rows() ? "True" : "False", cg.row_align(), head);
     body += cg.out_view().code;
     body += cg.epilogue_code();
     body += "return " + cg.result() + "\n";
@@ -384,6 +395,8 @@ public:
                              {"pv_dtype", default_pv_dtype(m)},
                              {"row_semantics", "parallel"},
                              {"vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes)}};
+    if (m.facts.value("head_axis", -1) >= 0)
+      params["block_h"] = 1;
     auto budget = static_cast<int64_t>(chip.scoped_vmem_bytes * 0.6);
     while (vmem_bytes(m, params) > budget && params["pages_per_block"].get<int64_t>() > 1)
       params["pages_per_block"] = params["pages_per_block"].get<int64_t>() / 2;
@@ -410,6 +423,8 @@ public:
     bq.grid_axis = nc;
     bq.meaning = "query rows per block";
     t.push_back(bq);
+    if (auto bh = heads_tunable(m.facts))
+      t.push_back(*bh);
     tunable pv;
     pv.name = "pv_dtype";
     pv.what = tunable::kind::choice;
@@ -444,7 +459,7 @@ public:
     int64_t buffers = 2 * bk * (d + dv) * kvi;                 // two slots of K and V pages
     int64_t blocks = 2 * (bq * d * qi + bq * dv * oi + bq * bk * ti);
     int64_t scratch = 2 * bq * 128 * 4 + bq * std::max<int64_t>(dv, 128) * 4;
-    return buffers + blocks + scratch + 3 * bq * bk * 4;
+    return heads_per_block(f, params) * (buffers + blocks + scratch + 3 * bq * bk * 4);
   }
 
   bool render(const template_match& m, const nlohmann::json& params, std::string& source,
@@ -461,7 +476,9 @@ public:
       }
       return true;
     };
-    int64_t ppb, bq, vmem;
+    int64_t ppb, bq, bh = 1, vmem;
+    if (params.contains("block_h") && !get_int("block_h", 1, 1 << 16, bh))
+      return false;
     if (!get_int("pages_per_block", 1, 4096, ppb) || !get_int("block_q", 1, 1 << 16, bq) ||
         !get_int("vmem_limit_bytes", 1 << 20, int64_t(1) << 32, vmem))
       return false;
@@ -482,6 +499,7 @@ public:
                          {{"summary", m.summary},
                           {"params", params.dump()},
                           {"pages_per_block", std::to_string(ppb)},
+                          {"block_h", std::to_string(bh)},
                           {"block_q", std::to_string(bq)},
                           {"pv_dtype", pv},
                           {"vmem_limit_bytes", std::to_string(vmem)},

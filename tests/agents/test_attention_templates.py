@@ -223,6 +223,13 @@ def test_paged_decode(tmp_path):
     matched, result, source = template_and_check(tmp_path, spec, "paged_attention",
                                                  {"pages_per_block": 4})
     assert "make_async_copy" in source
+    # both kv heads in one step: each head's pages copied into its slice of the buffers
+    head = matched["facts"]["head_axis"]
+    assert head >= 0 and matched["facts"]["kv_rows"][head] == 2, matched["facts"]
+    _, two, _ = template_and_check(tmp_path, spec, "paged_attention",
+                                   {"pages_per_block": 4, "block_h": 2})
+    one_grid, two_grid = result["pallas_calls"][0]["grid"], two["pallas_calls"][0]["grid"]
+    assert two_grid[head] * 2 == one_grid[head], (one_grid, two_grid)
 
 
 def test_not_attention_is_refused(tmp_path):

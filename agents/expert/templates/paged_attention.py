@@ -4,7 +4,8 @@
 """Attention over a paged KV cache without gathering it: grid (kv rows..., row block, key
 block); the page tables (and lengths) are scalar-prefetched into SMEM; each step copies its
 block of pages from HBM into one of two VMEM slots by DMA while the previous block's copies
-are consumed (double buffering along the key axis); online softmax in f32 VMEM scratch; key
+are consumed (double buffering along the key axis), for each of the block's heads (BLOCK_H
+kv heads per step: batched dots, fewer grid steps); online softmax in f32 VMEM scratch; key
 blocks the mask kills (past a sequence's length) are neither copied nor computed. The score
 function and the mask are the reference's own, generated from its jaxpr."""
 
@@ -18,6 +19,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 PAGES_PER_BLOCK = {{pages_per_block}}   # pages copied and attended per grid step
+BLOCK_H = {{block_h}}                   # kv heads per grid step
 BLOCK_Q = {{block_q}}                   # query rows per block
 PV_DTYPE = "{{pv_dtype}}"               # dtype of the P @ V matmul operands (f32 accumulation)
 VMEM_LIMIT_BYTES = {{vmem_limit_bytes}}
@@ -25,11 +27,11 @@ ROW_SEMANTICS = "{{row_semantics}}"     # of the kv-row and row-block grid axes
 
 {{helpers}}
 
-def _pool_index(desc, ids, page):
+def _pool_index(desc, ids, page, head_axis=-1, head=None):
     idx = []
     for ax in desc:
         if ax[0] == "c":
-            idx.append(ids[ax[1]])
+            idx.append(head if ax[1] == head_axis else ids[ax[1]])
         elif ax[0] == "page":
             idx.append(page)
         else:
@@ -39,7 +41,7 @@ def _pool_index(desc, ids, page):
 
 def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out_axes,
            out_dtype, dot_dtype, s_dtype, score, kill, kill_static, kill_c, kill_rows,
-           row_align):
+           row_align, head_axis):
     q_array, q_axes, q_pre = q
     k_pool, k_desc, k_table, k_table_c, k_pre = k
     v_pool, v_desc, v_table, v_table_c, v_pre = v
@@ -49,6 +51,10 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
     bk = ppb * page
     bq = _fit(BLOCK_Q, rows, row_align)
     nq, nk = rows // bq, keys // bk
+    bh = _fit(BLOCK_H, c_sizes[head_axis], 1) if head_axis >= 0 else 1
+    lead = (bh,) if bh > 1 else ()       # a block's leading head dimension
+    nd = len(lead)
+    batch = ((0,), (0,)) if lead else ((), ())
     scalar_arrays = [s for s, _ in scalars]
     scalar_c = [c for _, c in scalars]
     tables = None
@@ -89,13 +95,13 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
             return ids[nc + 1]
         return refs[2][cell(ids) * nk + ids[nc + 1]]
 
-    q_spec = pl.BlockSpec(_block_shape(q_array, q_axes, c_sizes, bq, bk),
+    q_spec = pl.BlockSpec(_block_shape(q_array, q_axes, c_sizes, bq, bk, head_axis, bh),
                           _index_map(q_axes, c_sizes, nc + 2, row_block, no_key_block))
-    tile_specs = [pl.BlockSpec(_block_shape(t, t_axes, c_sizes, bq, bk),
+    tile_specs = [pl.BlockSpec(_block_shape(t, t_axes, c_sizes, bq, bk, head_axis, bh),
                                _index_map(t_axes, c_sizes, nc + 2, row_block, key_block))
                   for t, t_axes in tiles]
     out_struct = jax.ShapeDtypeStruct(out_shape, jnp.dtype(out_dtype))
-    out_block = _block_shape(out_struct, out_axes, c_sizes, bq, bk)
+    out_block = _block_shape(out_struct, out_axes, c_sizes, bq, bk, head_axis, bh)
     dv = out_block[-1]
     d = k_pool.shape[-1]
     n_tiles = len(tiles)
@@ -117,15 +123,18 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
             blk = block_id(jj)
             out = []
             k_row, v_row = table_row(ids, k_table_c), table_row(ids, v_table_c)
-            for i in range(ppb):
-                k_page = pf[0][k_row + blk * ppb + i]
-                v_page = pf[1][v_row + blk * ppb + i]
-                out.append(pltpu.make_async_copy(k_hbm.at[_pool_index(k_desc, ids, k_page)],
-                                                 k_buf.at[slot, pl.ds(i * page, page)],
-                                                 sem.at[0, slot]))
-                out.append(pltpu.make_async_copy(v_hbm.at[_pool_index(v_desc, ids, v_page)],
-                                                 v_buf.at[slot, pl.ds(i * page, page)],
-                                                 sem.at[1, slot]))
+            for h in range(bh):
+                head = ids[head_axis] * bh + h if head_axis >= 0 else None
+                at = (slot, h) if lead else (slot,)
+                for i in range(ppb):
+                    k_page = pf[0][k_row + blk * ppb + i]
+                    v_page = pf[1][v_row + blk * ppb + i]
+                    out.append(pltpu.make_async_copy(
+                        k_hbm.at[_pool_index(k_desc, ids, k_page, head_axis, head)],
+                        k_buf.at[at + (pl.ds(i * page, page),)], sem.at[0, slot]))
+                    out.append(pltpu.make_async_copy(
+                        v_hbm.at[_pool_index(v_desc, ids, v_page, head_axis, head)],
+                        v_buf.at[at + (pl.ds(i * page, page),)], sem.at[1, slot]))
             return out
 
         @pl.when(j == 0)
@@ -152,22 +161,22 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
                 c.wait()
             qv = q_pre(q_ref[...], _JaxOps).astype(jnp.dtype(dot_dtype))
             kv = k_pre(k_buf[slot], _JaxOps).astype(jnp.dtype(dot_dtype))
-            st = jax.lax.dot_general(qv, kv, (((1,), (1,)), ((), ())),
+            st = jax.lax.dot_general(qv, kv, (((nd + 1,), (nd + 1,)), batch),
                                      preferred_element_type=jnp.float32)
             ix = _TileIx(ids, ids[nc] * bq, block_id(j) * bk, bq, bk, c_sizes, tile_refs,
                          pf[n_fixed:], scalar_c)
             s = score([st.astype(jnp.dtype(s_dtype))], ix, _JaxOps)
-            s = jnp.broadcast_to(jnp.asarray(s).astype(jnp.float32), (bq, bk))
+            s = jnp.broadcast_to(jnp.asarray(s).astype(jnp.float32), lead + (bq, bk))
             m_prev = m_ref[...]
-            m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+            m_next = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
             m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)
             p = jnp.exp(s - _lanes(m_safe, bk))
             alpha = jnp.exp(m_prev - m_safe)
-            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
             m_ref[...] = m_next
             vv = v_pre(v_buf[slot], _JaxOps).astype(jnp.dtype(PV_DTYPE))
             pv = jax.lax.dot_general(p.astype(jnp.dtype(PV_DTYPE)), vv,
-                                     (((1,), (0,)), ((), ())),
+                                     (((nd + 1,), (nd,)), batch),
                                      preferred_element_type=jnp.float32)
             acc_ref[...] = _lanes(alpha, dv) * acc_ref[...] + pv
 
@@ -175,7 +184,7 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
         def _finish():
             o_ref[...] = (acc_ref[...] / _lanes(l_ref[...], dv)).astype(o_ref.dtype)
 
-    grid = tuple(c_sizes) + (nq, nj)
+    grid = tuple(c // bh if i == head_axis else c for i, c in enumerate(c_sizes)) + (nq, nj)
     semantics = (ROW_SEMANTICS,) * (nc + 1) + ("arbitrary",)
     return pl.pallas_call(
         kernel,
@@ -186,12 +195,12 @@ def _paged(q, k, v, tiles, scalars, *, c_sizes, rows, keys, page, out_shape, out
                       pl.BlockSpec(memory_space=pl.ANY)] + tile_specs,
             out_specs=pl.BlockSpec(out_block, _index_map(out_axes, c_sizes, nc + 2, row_block,
                                                          no_key_block)),
-            scratch_shapes=[pltpu.VMEM((2, bk, d), k_pool.dtype),
-                            pltpu.VMEM((2, bk, v_pool.shape[-1]), v_pool.dtype),
+            scratch_shapes=[pltpu.VMEM((2,) + lead + (bk, d), k_pool.dtype),
+                            pltpu.VMEM((2,) + lead + (bk, v_pool.shape[-1]), v_pool.dtype),
                             pltpu.SemaphoreType.DMA((2, 2)),
-                            pltpu.VMEM((bq, 128), jnp.float32),
-                            pltpu.VMEM((bq, 128), jnp.float32),
-                            pltpu.VMEM((bq, dv), jnp.float32)],
+                            pltpu.VMEM(lead + (bq, 128), jnp.float32),
+                            pltpu.VMEM(lead + (bq, 128), jnp.float32),
+                            pltpu.VMEM(lead + (bq, dv), jnp.float32)],
         ),
         out_shape=out_struct,
         compiler_params=pltpu.CompilerParams(dimension_semantics=semantics,
