@@ -7,9 +7,10 @@ softmax); the score function is the reference's own, generated from its jaxpr. K
 mask kills entirely are skipped: under a static mask (causal, local, global) the grid runs
 over the live (row block, key block) pairs only (a schedule in SMEM by scalar prefetch), and
 the mask is computed only on the blocks it cuts (elsewhere `_score_live`: the scores with the
-mask's selects on the branch they take there);
-under a mask that reads the inputs (lengths) the dead blocks are neither copied nor
-computed."""
+mask's selects on the branch they take there); under a mask that reads the inputs (lengths)
+the dead blocks are neither copied nor computed. BLOCK_H heads of a head axis per block: the
+Q K^T and P V dots batched over them (a key or value shared by the heads: one product over
+the heads' rows)."""
 
 import math
 
