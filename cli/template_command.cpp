@@ -91,9 +91,11 @@ int run_template(const template_options& opts) {
       return 2;
     }
     auto vmem = chosen->tmpl->vmem_bytes(chosen->match, params);
+    // the limit the kernel asks for, else the chip's default scoped limit
+    auto limit = params.value("vmem_limit_bytes", static_cast<int64_t>(chip.scoped_vmem_bytes));
     human << fmt::format("{}: params {}  VMEM {:.1f} MiB (scoped limit {:.1f} MiB)\n",
                          chosen->tmpl->name(), params.dump(), vmem / 1048576.0,
-                         chip.scoped_vmem_bytes / 1048576.0);
+                         limit / 1048576.0);
     std::string source;
     if (!chosen->tmpl->render(chosen->match, params, source, error)) {
       std::cerr << "error: render: " << error << "\n";
