@@ -819,9 +819,7 @@ bool attention_codegen::emit_region(std::string& why) {
   mark_live_selects(p_.scores, live);
   if (live.empty())
     return true;
-  std::set<int> needed;
-  if (p_.scores.is_node())
-    needed = region_reach({p_.scores.id}, live);
+  std::set<int> needed = region_reach({p_.scores.id}, live);  // live: scores is a node
   std::string lf = "def _score_live(s, ix, xp):\n";
   int ops_before = score_ops_;
   for (int n : p_.region) {
@@ -908,37 +906,48 @@ void attention_codegen::mark_live_selects(const value_ref& v, std::map<int, unsi
       live.count(v.id))
     return;
   int n = v.id;
+  // Only through kill_node's ors (the result is killed wherever this operand is): there a
+  // block the mask leaves whole has every such select on its live branch.
+  if (auto ors = kill_or_operands(n)) {
+    for (unsigned k : *ors)
+      mark_live_selects(g_.operand(n, k), live);
+  } else if (unsigned b = live_branch(n)) {
+    live[n] = b;
+    mark_live_selects(g_.operand(n, b), live);
+  }
+}
+
+std::optional<std::vector<unsigned>> attention_codegen::kill_or_operands(int n) const {
   auto p = g_.primitive(n);
-  auto op = [&](unsigned k) { return g_.operand(n, k); };
-  // Only through operations whose result is killed wherever this operand is (kill_node's ors):
-  // there a block the mask leaves whole has every such select on its live branch.
   if (is_layout_primitive(p) || p == "convert_element_type" || p == "stop_gradient" ||
-      p == "copy" || p == "copy_p" || p == "reduce_precision" || p == "sub") {
-    mark_live_selects(op(0), live);
-  } else if (p == "add" || p == "add_any" || p == "min") {
-    mark_live_selects(op(0), live);
-    mark_live_selects(op(1), live);
-  } else if (p == "mul" || p == "div") {
+      p == "copy" || p == "copy_p" || p == "reduce_precision" || p == "sub")
+    return std::vector<unsigned>{0};
+  if (p == "add" || p == "add_any" || p == "min")
+    return std::vector<unsigned>{0, 1};
+  if (p == "mul" || p == "div") {
+    // a positive constant factor (or divisor) keeps -inf; anything else kills nothing
     for (unsigned k = 0; k < 2; ++k) {
-      auto c = op(k);
+      auto c = g_.operand(n, k);
       if (!c.is_literal())
         continue;
       if (literal_value(c.literal) > 0 && !(p == "div" && k == 0))
-        mark_live_selects(op(1 - k), live);
+        return std::vector<unsigned>{1 - k};
       break;
     }
-  } else if (unsigned b = live_branch(n)) {
-    live[n] = b;
-    mark_live_selects(op(b), live);
+    return std::vector<unsigned>{};
   }
+  return std::nullopt;
 }
 
 std::string attention_codegen::kill_node(int n) {
   auto p = g_.primitive(n);
   auto op = [&](unsigned k) { return g_.operand(n, k); };
-  if (is_layout_primitive(p) || p == "convert_element_type" || p == "stop_gradient" ||
-      p == "copy" || p == "copy_p" || p == "reduce_precision")
-    return kill_of(op(0));
+  if (auto ors = kill_or_operands(n)) {
+    std::string kill = "False";
+    for (unsigned k : *ors)
+      kill = k_or(kill, kill_of(op(k)));
+    return kill;
+  }
   if (p == "select_n" && g_.operand_count(n) == 3) {
     std::string ka = kill_of(op(1)), kb = kill_of(op(2));
     if (ka == kb)
@@ -951,26 +960,8 @@ std::string attention_codegen::kill_node(int n) {
       kill_refs_.insert(pred.id);
     return k_or(k_and(pe, kb), k_and(k_not(pe), ka));
   }
-  if (p == "add" || p == "add_any")
-    return k_or(kill_of(op(0)), kill_of(op(1)));
-  if (p == "sub")
-    return kill_of(op(0));
-  if (p == "mul" || p == "div") {
-    for (unsigned k = 0; k < 2; ++k) {
-      auto c = op(k);
-      if (!c.is_literal())
-        continue;
-      double x = literal_value(c.literal);
-      if (!(x > 0) || (p == "div" && k == 0))
-        return "False";
-      return kill_of(op(1 - k));
-    }
-    return "False";
-  }
   if (p == "max")
     return k_and(kill_of(op(0)), kill_of(op(1)));
-  if (p == "min")
-    return k_or(kill_of(op(0)), kill_of(op(1)));
   return "False";
 }
 
@@ -1388,6 +1379,16 @@ std::string attention_codegen::summary() const {
       p_.deferred_norm ? ", normalised after PV" : "");
 }
 
+int64_t fit_block(int64_t request, int64_t dim, int64_t align) {
+  request = std::max<int64_t>(1, request);
+  if (dim <= request)
+    return dim;
+  for (int64_t b = request / align * align; b >= align; b -= align)
+    if (dim % b == 0)
+      return b;
+  return dim;
+}
+
 std::optional<tunable> heads_tunable(const nlohmann::json& facts) {
   int head = facts.value("head_axis", -1);
   if (head < 0)
@@ -1406,13 +1407,8 @@ int64_t heads_per_block(const nlohmann::json& facts, const nlohmann::json& param
   int head = facts.value("head_axis", -1);
   if (head < 0)
     return 1;
-  int64_t extent = facts["kv_rows"][static_cast<size_t>(head)].get<int64_t>();
-  // the largest divisor of the axis not above the request (the kernel's _fit)
-  for (int64_t b = std::min<int64_t>(std::max<int64_t>(params.value("block_h", 1), 1), extent);
-       b > 1; --b)
-    if (extent % b == 0)
-      return b;
-  return 1;
+  return fit_block(params.value("block_h", 1),
+                   facts["kv_rows"][static_cast<size_t>(head)].get<int64_t>(), 1);
 }
 
 int attention_codegen::head_axis() const {

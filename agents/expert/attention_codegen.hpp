@@ -12,11 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace maxkernel::agents::expert {
+
+// The largest multiple of `align` dividing `dim` that is <= request; dim when none is (the
+// templates' _fit: the block a params value asks for).
+int64_t fit_block(int64_t request, int64_t dim, int64_t align);
 
 // Heads per block of the attention templates (facts "head_axis", params "block_h"): the
 // tunable when the match has a head axis, and the count a params object asks for (1 without).
@@ -140,6 +145,9 @@ private:
                    std::string& why);
   std::string kill_of(const value_ref& v);
   std::string kill_node(int node);
+  // The operands whose kill the node's result inherits as an or (casts, layout, add, sub's
+  // first, min, positive scaling; empty: the node kills nothing), nullopt for any other node.
+  std::optional<std::vector<unsigned>> kill_or_operands(int node) const;
   // The operand (1 or 2) a select takes wherever the scores are not killed, when its other
   // branch is surely killed and its kill reaches the scores' kill through ors only; 0 if none.
   unsigned live_branch(int node);

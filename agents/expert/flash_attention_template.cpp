@@ -19,16 +19,6 @@ namespace maxkernel::agents::expert {
 
 namespace {
 
-int64_t fit_block(int64_t request, int64_t dim, int64_t align) {
-  request = std::max<int64_t>(1, request);
-  if (dim <= request)
-    return dim;
-  for (int64_t b = request / align * align; b >= align; b -= align)
-    if (dim % b == 0)
-      return b;
-  return dim;
-}
-
 std::string py_tuple_ints(const std::vector<int>& v) {
   if (v.empty())
     return "()";

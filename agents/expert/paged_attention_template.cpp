@@ -33,16 +33,6 @@ std::vector<int> ints(const nlohmann::json& j) {
 
 bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-int64_t fit_block(int64_t request, int64_t dim, int64_t align) {
-  request = std::max<int64_t>(1, request);
-  if (dim <= request)
-    return dim;
-  for (int64_t b = request / align * align; b >= align; b -= align)
-    if (dim % b == 0)
-      return b;
-  return dim;
-}
-
 std::string tuple_ints(const std::vector<int>& v) {
   if (v.empty())
     return "()";
