@@ -568,6 +568,12 @@ public:
                    m.casts[0] == "bfloat16";
       native_casts.push_back(plain ? std::vector<std::string>{} : m.casts);
     }
+    // One f32 product whose output block is the product itself (before the epilogue) and
+    // stays put along K: accumulate into that block, no scratch copy of it.
+    bool acc_in_out = (mode == "row" || mode == "tile") && dots.size() == 1 &&
+                      outputs.size() == 1 && pool == 1 && !int_dot &&
+                      outputs[0][0][1].get<bool>() && outputs[0][0][2].get<bool>() &&
+                      outputs[0][1] == "float32";
     json stream_accs = json::array();
     if (mode == "stream")
       for (auto& d : prog.accumulator_dtypes)
@@ -600,6 +606,7 @@ public:
                    {"extras", extras},
                    {"outputs", outputs},
                    {"acc_dtype", int_dot ? "int32" : "float32"},
+                   {"acc_in_out", acc_in_out},
                    {"stream_accs", stream_accs},
                    {"pool", pool},
                    {"pool_outer", pool_outer},
@@ -649,6 +656,28 @@ public:
     return b;
   }
 
+  // Row mode's pieces (matmul.py): the dot runs in column slices, the epilogue on a few rows
+  // at a time, each the largest aligned divisor whose f32 slice is at most kPieceBytes
+  // unless the params set it; other modes run both on the whole block.
+  static constexpr int64_t kPieceBytes = int64_t{4} << 20;
+  struct pieces {
+    int64_t rows, cols;
+  };
+  pieces row_pieces(const template_match& m, const json& params, const blocks& b) const {
+    const auto& c = m.facts["config"];
+    bool on = c["mode"] == "row" && c.value("pool", int64_t{1}) == 1 && !c["full_m"].get<bool>();
+    for (const auto& o : c["outputs"])
+      on = on && o[0][1].get<bool>();
+    if (!on)
+      return {b.bm, b.bn};
+    auto want = [&](const char* k, int64_t d) {
+      return params.contains(k) && params[k].is_number_integer() ? params[k].get<int64_t>() : d;
+    };
+    int64_t am = c["align"][0];
+    return {effective_block(b.bm, am, want("epilogue_rows", std::max(am, kPieceBytes / (4 * b.bn)))),
+            effective_block(b.bn, 128, want("dot_cols", std::max<int64_t>(128, kPieceBytes / (4 * b.bm))))};
+  }
+
   int64_t vmem_bytes(const template_match& m, const json& params) const override {
     const auto& c = m.facts["config"];
     auto b = effective(m, params);
@@ -679,11 +708,13 @@ public:
                        o[1]);
     }
     int64_t ndots = static_cast<int64_t>(c["dots"].size());
-    int64_t acc = ndots * tile_bytes(b.bm, b.bn, "float32");
+    int64_t acc = c.value("acc_in_out", false) ? 0 : ndots * tile_bytes(b.bm, b.bn, "float32");
     int64_t stats = static_cast<int64_t>(c["stream_accs"].size()) * tile_bytes(b.bm, 1, "float32");
-    // The dot's result before it is added and the epilogue's temporaries: two f32 tiles;
-    // blocks cast before the dot (int8 / fp8 weights) take a converted copy.
-    int64_t temps = 2 * tile_bytes(b.bm, b.bn, "float32");
+    // The dot's result before it is added and the epilogue's temporaries: an f32 tile each
+    // (of a piece in row mode); blocks cast before the dot (int8 / fp8 weights) take a
+    // converted copy.
+    auto pc = row_pieces(m, params, b);
+    int64_t temps = tile_bytes(b.bm, pc.cols, "float32") + tile_bytes(pc.rows, b.bn, "float32");
     const auto& casts = params.value("fp8_mxu", "") == "native" ? c["native_casts"] : c["casts"];
     for (size_t i = 0; i < layouts.size(); ++i)
       if (!casts[i].empty()) {
@@ -825,6 +856,12 @@ public:
         error = std::string("param ") + k + " must be a positive integer";
         return false;
       }
+    for (const char* k : {"epilogue_rows", "dot_cols"})
+      if (params.contains(k) &&
+          (!params[k].is_number_integer() || params[k].get<int64_t>() < 1)) {
+        error = std::string("param ") + k + " must be a positive integer";
+        return false;
+      }
     if (params.contains("grid_order") && params["grid_order"] != "m_major" &&
         params["grid_order"] != "n_major") {
       error = "param grid_order must be m_major or n_major";
@@ -846,9 +883,17 @@ public:
       return false;
     }
     const auto& f = m.facts;
+    // The pieces the VMEM estimate assumed, written into the kernel's PARAMS.
+    json shown = params;
+    auto b = effective(m, params);
+    auto pc = row_pieces(m, params, b);
+    if (pc.rows < b.bm || pc.cols < b.bn) {
+      shown["epilogue_rows"] = pc.rows;
+      shown["dot_cols"] = pc.cols;
+    }
     return fill_template("matmul.py",
-                         {{"header", header_comment(name(), m.summary, params.dump())},
-                          {"params", python_literal(params)},
+                         {{"header", header_comment(name(), m.summary, shown.dump())},
+                          {"params", python_literal(shown)},
                           {"config", python_literal(f["config"])},
                           {"epilogue", f["epilogue"].get<std::string>()},
                           {"args", f["signature"]["args"].get<std::string>()},

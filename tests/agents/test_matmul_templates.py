@@ -121,6 +121,32 @@ def test_heads_normalised_on_their_slices_of_a_wide_block(tmp_path):
     assert [-1, 1, 128] in shapes, shapes  # the scale: one head's, every block
 
 
+def test_row_softmax_in_pieces_accumulated_in_the_f32_output(tmp_path):
+    # an LM head's log-softmax with a temperature per row and a bias per column: the f32
+    # output block is the accumulator, the dot runs in column slices and the epilogue on 32
+    # rows at a time, each piece scaled by its own rows' temperatures
+    spec = write_spec(tmp_path, "lm_rows", "{M: 128, K: 256, N: 512}",
+                      ["{name: h, shape: [M, K], dtype: bfloat16}",
+                       "{name: w, shape: [K, N], dtype: bfloat16, generator: {normal: {mean: 0, std: 0.05}}}",
+                       "{name: t, shape: [M], dtype: float32, generator: {uniform: {low: 0.5, high: 2.0}}}",
+                       "{name: b, shape: [N], dtype: float32}"], """
+        import jax, jax.numpy as jnp
+
+        def reference(h, w, t, b):
+            logits = jnp.dot(h, w, preferred_element_type=jnp.float32) / t[:, None] + b
+            return jax.nn.log_softmax(logits, axis=-1)
+        """)
+    matched, _, source = template_and_check(tmp_path, spec, "matmul",
+                                            {"block_m": 64, "block_k": 128, "epilogue_rows": 32,
+                                             "dot_cols": 128})
+    assert "in row mode" in summary(matched, "matmul")
+    assert '"acc_in_out":True' in source
+    assert '"epilogue_rows":32' in source and '"dot_cols":128' in source
+    # at these sizes the defaults are whole blocks: no pieces written in
+    _, _, whole = template_and_check(tmp_path, spec, "matmul", {"block_m": 64, "block_k": 128})
+    assert '"epilogue_rows"' not in whole.split("PARAMS = ")[1].splitlines()[0]
+
+
 def test_cross_entropy_streams_over_the_vocabulary(tmp_path):
     spec = write_spec(tmp_path, "ce", "{M: 64, K: 128, N: 512}",
                       ["{name: h, shape: [M, K], dtype: bfloat16}",

@@ -24,6 +24,10 @@ PARAMS = {{params}}
 # extra holds one value per group (bn // pool wide, natural order). mat_segments: dots over
 # different contractions (x @ w_ih + h @ w_hh) run one after the other along the K grid
 # axis, each operand's block index held at its segment's ends outside it (no refetch).
+# acc_in_out: the one dot accumulates straight into its f32 output block (no scratch copy).
+# In row mode the dot runs in column slices of PARAMS["dot_cols"] and the epilogue on
+# PARAMS["epilogue_rows"] rows at a time, so their f32 temporaries stay a few MiB however
+# wide the rows (bm x N f32 is 16 MiB at bm 512, N 8192) and bm can grow instead.
 CFG = {{config}}
 
 
@@ -151,14 +155,20 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
     casts = CFG["native_casts"] if PARAMS.get("fp8_mxu") == "native" else CFG["casts"]
     acc_dtype = jnp.dtype(CFG["acc_dtype"])
     nin, nout = len(in_specs), len(out_shape)
-    scratch = [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
+    in_out = CFG.get("acc_in_out", False)
+    pieces = (mode == "row" and pool == 1 and not CFG["full_m"]
+              and all(pres[1] for pres, _ in CFG["outputs"]))
+    piece_rows = _fit(bm, int(PARAMS.get("epilogue_rows", bm)), am) if pieces else bm
+    piece_cols = _fit(bn, int(PARAMS.get("dot_cols", bn)), 128) if pieces else bn
+    scratch = [] if in_out else [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
     scratch += [pltpu.VMEM((bm, 1), jnp.dtype(dt)) for dt in CFG["stream_accs"]]
 
     def kernel(*refs):
         in_refs = refs[:nin]
         out_refs = refs[nin:nin + nout]
-        acc_refs = refs[nin + nout:nin + nout + len(dots)]
-        stat_refs = refs[nin + nout + len(dots):]
+        nacc = 0 if in_out else len(dots)
+        acc_refs = out_refs[:1] if in_out else refs[nin + nout:nin + nout + nacc]
+        stat_refs = refs[nin + nout + nacc:]
         if n_major:
             b, j, i, k = (pl.program_id(a) for a in range(4))
         else:
@@ -175,13 +185,18 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             rc = 0 if CFG["mat_layouts"][ri] == "kn" else 1
             slots = mat_slots[ri]
             for g, slot in enumerate(slots):
-                rhs = _cast(in_refs[slot][...], casts[ri])
-                part = jax.lax.dot_general(lhs, rhs, (((lc,), (rc,)), ((), ())),
-                                           preferred_element_type=acc_dtype)
-                if len(slots) == 1:
-                    acc[...] += part
-                else:  # member g of a member-outer block: its lane-aligned slice
+                if len(slots) > 1:  # member g of a member-outer block: its lane-aligned slice
+                    part = jax.lax.dot_general(lhs, _cast(in_refs[slot][...], casts[ri]),
+                                               (((lc,), (rc,)), ((), ())),
+                                               preferred_element_type=acc_dtype)
                     acc[:, g * bw:(g + 1) * bw] += part
+                    continue
+                for c0 in range(0, bn, piece_cols):
+                    cols = slice(c0, c0 + piece_cols)
+                    rhs = in_refs[slot][:, cols] if rc == 0 else in_refs[slot][cols, :]
+                    acc[:, cols] += jax.lax.dot_general(
+                        lhs, _cast(rhs, casts[ri]), (((lc,), (rc,)), ((), ())),
+                        preferred_element_type=acc_dtype)
 
         for (li, ri, _), acc in zip(dots, acc_refs):
             seg = segments[li]
@@ -193,22 +208,24 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             def _segment(li=li, ri=ri, acc=acc):
                 accumulate(li, ri, acc)
 
-        # cols: the block's columns the epilogue sees (one group's lane-aligned slice)
-        def seeds(cols=slice(None)):
+        # cols: the block's columns the epilogue sees (one group's lane-aligned slice);
+        # rows: its rows (row mode's pieces)
+        def seeds(cols=slice(None), rows=slice(None)):
             vals = []
             for (_, _, scale), acc in zip(dots, acc_refs):
-                v = acc[:, cols]
+                v = acc[rows, cols]
                 vals.append(v * scale if scale != 1.0 else v)
             return vals
 
-        def extra_values(cols=slice(None)):
+        def extra_values(cols=slice(None), rows=slice(None)):
             vals = []
             for slots, pres in zip(extra_slots, CFG["extras"]):
                 if pres is None:
                     vals.append(in_refs[slots[0]][0])
                 elif len(slots) == 1:
                     spans = pres[2] and len(pres) <= 3  # not an inner (one-group) block
-                    vals.append(in_refs[slots[0]][:, cols] if spans else in_refs[slots[0]][...])
+                    vals.append(in_refs[slots[0]][rows if pres[1] else slice(None),
+                                                  cols if spans else slice(None)])
                 else:  # a member-outer block from its members' blocks
                     vals.append(jnp.concatenate([in_refs[s][...] for s in slots], axis=-1))
             return vals
@@ -219,10 +236,11 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
             offsets = (b, i * bm, j * bn)
             extents = (B, M, N)
 
-        def store(outs, cols=slice(None)):
+        def store(outs, cols=slice(None), rows=slice(None)):
             for o, v in zip(out_refs, outs):
-                shape = (o.shape[0], NI) if cols != slice(None) else o.shape
-                o[:, cols] = jnp.broadcast_to(v, shape).astype(o.dtype)
+                shape = (o.shape[0] if isinstance(rows, slice) else piece_rows,
+                         NI if cols != slice(None) else o.shape[1])
+                o[rows, cols] = jnp.broadcast_to(v, shape).astype(o.dtype)
 
         @pl.when(k == nk - 1)
         def _epilogue():
@@ -231,6 +249,16 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
                     cols = slice(g * NI, (g + 1) * NI) if bn > NI else slice(None)
                     at = (b, i * bm, j * (bn // NI) + g, 0)  # group j * (bn // NI) + g
                     store(epilogue(seeds(cols), extra_values(cols), at, extents), cols)
+                return
+            if mode != "stream" and piece_rows < bm:
+                def piece(r, carry):
+                    r0 = pl.multiple_of(r * piece_rows, piece_rows)
+                    rows = pl.ds(r0, piece_rows)
+                    store(epilogue(seeds(rows=rows), extra_values(rows=rows),
+                                   (b, i * bm + r0, j * bn), extents), rows=rows)
+                    return carry
+
+                jax.lax.fori_loop(0, bm // piece_rows, piece, 0)
                 return
             if mode != "stream":
                 store(epilogue(seeds(), extra_values(), offsets, extents))
