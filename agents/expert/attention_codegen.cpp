@@ -1,5 +1,6 @@
 #include "agents/expert/attention_codegen.hpp"
 
+#include "agents/expert/block_size.hpp"
 #include "agents/expert/replay_program.hpp"
 
 #include <fmt/format.h>
@@ -1379,16 +1380,6 @@ std::string attention_codegen::summary() const {
       p_.deferred_norm ? ", normalised after PV" : "");
 }
 
-int64_t fit_block(int64_t request, int64_t dim, int64_t align) {
-  request = std::max<int64_t>(1, request);
-  if (dim <= request)
-    return dim;
-  for (int64_t b = request / align * align; b >= align; b -= align)
-    if (dim % b == 0)
-      return b;
-  return dim;
-}
-
 std::optional<tunable> heads_tunable(const nlohmann::json& facts) {
   int head = facts.value("head_axis", -1);
   if (head < 0)
@@ -1407,8 +1398,8 @@ int64_t heads_per_block(const nlohmann::json& facts, const nlohmann::json& param
   int head = facts.value("head_axis", -1);
   if (head < 0)
     return 1;
-  return fit_block(params.value("block_h", 1),
-                   facts["kv_rows"][static_cast<size_t>(head)].get<int64_t>(), 1);
+  return effective_block(facts["kv_rows"][static_cast<size_t>(head)].get<int64_t>(), 1,
+                         params.value("block_h", 1));
 }
 
 int attention_codegen::head_axis() const {

@@ -19,10 +19,6 @@
 
 namespace maxkernel::agents::expert {
 
-// The largest multiple of `align` dividing `dim` that is <= request; dim when none is (the
-// templates' _fit: the block a params value asks for).
-int64_t fit_block(int64_t request, int64_t dim, int64_t align);
-
 // Heads per block of the attention templates (facts "head_axis", params "block_h"): the
 // tunable when the match has a head axis, and the count a params object asks for (1 without).
 std::optional<tunable> heads_tunable(const nlohmann::json& facts);

@@ -7,6 +7,7 @@
 // or when the score function uses an operation that has no tile form (reductions, gathers).
 #include "agents/expert/attention_codegen.hpp"
 #include "agents/expert/attention_pattern.hpp"
+#include "agents/expert/block_size.hpp"
 #include "agents/expert/kernel_template.hpp"
 #include "agents/expert/template_text.hpp"
 
@@ -134,8 +135,8 @@ public:
   int64_t vmem_bytes(const template_match& m, const nlohmann::json& params) const override {
     const auto& f = m.facts;
     int64_t rows = f.value("rows", 1), keys = f.value("keys", 1);
-    int64_t bq = fit_block(params.value("block_q", 1024), rows, f.value("row_align", 8));
-    int64_t bk = fit_block(params.value("block_k", 512), keys, 128);
+    int64_t bq = effective_block(rows, f.value("row_align", 8), params.value("block_q", 1024));
+    int64_t bk = effective_block(keys, 128, params.value("block_k", 512));
     int64_t dv = f.value("value_dim", 128);
     int64_t bh = heads_per_block(f, params);
     int64_t qi = f.value("itemsize_q", 2), kvi = f.value("itemsize_kv", 2);

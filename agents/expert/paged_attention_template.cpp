@@ -10,6 +10,7 @@
 // otherwise (ragged multi-sequence layouts with per-token loops, strided K/V in one pool).
 #include "agents/expert/attention_codegen.hpp"
 #include "agents/expert/attention_pattern.hpp"
+#include "agents/expert/block_size.hpp"
 #include "agents/expert/kernel_template.hpp"
 #include "agents/expert/template_text.hpp"
 
@@ -440,9 +441,10 @@ public:
   int64_t vmem_bytes(const template_match& m, const nlohmann::json& params) const override {
     const auto& f = m.facts;
     int64_t page = f.value("page", 16), pps = f.value("pages_per_seq", 1);
-    int64_t ppb = fit_block(params.value("pages_per_block", 128), pps, 1);
+    int64_t ppb = effective_block(pps, 1, params.value("pages_per_block", 128));
     int64_t bk = ppb * page;
-    int64_t bq = fit_block(params.value("block_q", 256), f.value("rows", 1), f.value("row_align", 8));
+    int64_t bq = effective_block(f.value("rows", 1), f.value("row_align", 8),
+                                 params.value("block_q", 256));
     int64_t d = f.value("qk_dim", 128), dv = f.value("value_dim", 128);
     int64_t qi = f.value("itemsize_q", 2), kvi = f.value("itemsize_kv", 2);
     int64_t oi = f.value("itemsize_out", 2), ti = f.value("tile_bytes", 0);

@@ -11,6 +11,7 @@
 // table's row count (kv lengths), one more (query bounds) and a single count. The score
 // scale is read from the graph (a literal factor of the scores or of the queries). Refused
 // otherwise (the dense or per-sequence paged_attention family covers other layouts).
+#include "agents/expert/block_size.hpp"
 #include "agents/expert/graph_view.hpp"
 #include "agents/expert/kernel_template.hpp"
 #include "agents/expert/template_text.hpp"
@@ -394,16 +395,6 @@ bool match_ragged(const graph_view& g, ragged_facts& f, std::string& why) {
   return false;
 }
 
-int64_t fit(int64_t request, int64_t dim, int64_t align) {
-  request = std::max<int64_t>(1, request);
-  if (dim <= request)
-    return dim;
-  for (int64_t b = request / align * align; b >= align; b -= align)
-    if (dim % b == 0)
-      return b;
-  return dim;
-}
-
 class ragged_paged_attention_template final : public kernel_template {
 public:
   std::string name() const override { return "ragged_paged_attention"; }
@@ -513,7 +504,7 @@ public:
   int64_t vmem_bytes(const template_match& m, const json& params) const override {
     const auto& f = m.facts;
     int64_t d = f.value("head_dim", 128), group = f.value("heads", 1) / std::max<int64_t>(1, f.value("kv_heads", 1));
-    int64_t bq = fit(params.value("block_q", 128), f.value("tokens", 1), 8);
+    int64_t bq = effective_block(f.value("tokens", 1), 8, params.value("block_q", 128));
     int64_t ppb = std::min<int64_t>(params.value("pages_per_block", 16), f.value("pages_per_seq", 1));
     int64_t bk = ppb * f.value("page", 16);
     int64_t qi = f.value("itemsize_q", 2), kvi = f.value("itemsize_kv", 2);

@@ -8,6 +8,7 @@
 // each optionally negated), and C, S are values that do not depend on y and do not vary
 // along W's head dims (the cos / sin tables, whatever computes them). C and S are replayed
 // from the graph outside the kernel as shape-lazy jnp (table_emitter). Refused otherwise.
+#include "agents/expert/block_size.hpp"
 #include "agents/expert/graph_view.hpp"
 #include "agents/expert/kernel_template.hpp"
 #include "agents/expert/template_text.hpp"
@@ -401,16 +402,6 @@ struct table_emitter {
   }
 };
 
-int64_t fit(int64_t request, int64_t dim, int64_t align) {
-  request = std::max<int64_t>(1, request);
-  if (dim <= request)
-    return dim;
-  for (int64_t b = request / align * align; b >= align; b -= align)
-    if (dim % b == 0)
-      return b;
-  return dim;
-}
-
 class rope_projection_template final : public kernel_template {
 public:
   std::string name() const override { return "rope_projection"; }
@@ -578,9 +569,9 @@ public:
     int64_t rows = m.facts.value("rows", 1), kd = m.facts.value("k", 1);
     int64_t most = 0;
     for (const auto& p : m.facts["projections"]) {
-      int64_t bm = fit(params.value("block_m", 512), rows, 8);
-      int64_t bn = fit(params.value("block_n", 1024), p.value("n", 1), 128);
-      int64_t bk = fit(params.value("block_k", 1024), kd, 128);
+      int64_t bm = effective_block(rows, 8, params.value("block_m", 512));
+      int64_t bn = effective_block(p.value("n", 1), 128, params.value("block_n", 1024));
+      int64_t bk = effective_block(kd, 128, params.value("block_k", 1024));
       int64_t bytes = 2 * (bm * bk * it + bk * bn * it + bm * bn * it + 2 * bm * d * 4) + bm * bn * 4;
       most = std::max(most, bytes);
     }
