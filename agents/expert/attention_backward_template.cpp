@@ -178,6 +178,10 @@ public:
     return {
         {"block_q", tunable::kind::block, seq, 128, 1, 0, false, {}, "query rows per block"},
         {"block_k", tunable::kind::block, seq, 128, 2, 0, true, {}, "key rows per block"},
+        // Several rows of batch*heads per step: one step's overhead for all of them, VMEM
+        // for each (a trade against larger query and key blocks).
+        {"block_b", tunable::kind::block, m.facts["batch"].get<int64_t>(), 1, 0, 0, false, {},
+         "rows of batch*heads per block"},
         {"mxu_dtype", tunable::kind::choice, 0, 1, -1, 0, false, {"bfloat16", "float32"},
          "dtype of the matmul operands (f32 accumulation either way)"},
         {"dimension_semantics", tunable::kind::choice, 0, 1, -1, 0, false,
@@ -191,6 +195,8 @@ public:
     int64_t seq = m.facts["seq"], d = m.facts["depth"];
     int64_t bq = effective_block(seq, 128, params.value("block_q", int64_t{512}));
     int64_t bk = effective_block(seq, 128, params.value("block_k", int64_t{512}));
+    int64_t bb = effective_block(m.facts["batch"].get<int64_t>(), 1,
+                                 params.value("block_b", int64_t{1}));
     int64_t in = dtype_bytes(m.facts["in_dtype"]);
     int64_t lanes_d = std::max<int64_t>(d, 128);
     // The dK/dV call is the largest: q, dO, k, v blocks and two stats, double-buffered; two
@@ -199,7 +205,7 @@ public:
     int64_t outs = 2 * 2 * bk * lanes_d * in;
     int64_t scratch = 2 * bk * lanes_d * 4;
     int64_t temps = 4 * bq * bk * 4;
-    return blocks + outs + scratch + temps;
+    return bb * (blocks + outs + scratch + temps);
   }
 
   bool render(const template_match& m, const nlohmann::json& params, std::string& source,
@@ -209,6 +215,11 @@ public:
         error = std::string("param ") + b + " must be a positive integer";
         return false;
       }
+    if (params.contains("block_b") &&
+        (!params["block_b"].is_number_integer() || params["block_b"].get<int64_t>() < 1)) {
+      error = "param block_b must be a positive integer";
+      return false;
+    }
     auto mxu = params.value("mxu_dtype", std::string());
     if (mxu != "bfloat16" && mxu != "float32") {
       error = "param mxu_dtype must be bfloat16 or float32";

@@ -361,6 +361,11 @@ def test_attention_backward_vjp_causal(tmp_path):
     assert matched["matches"][0]["summary"].startswith("causal"), matched
     assert "CAUSAL = True" in source
     assert len(result["pallas_calls"]) == 3
+    assert [c["grid"][0] for c in result["pallas_calls"]] == [2, 2, 2]
+    # both heads in one block: batched dots, half the grid steps, the same gradients
+    _, result, _ = template_and_check(tmp_path, spec, "attention_backward",
+                                      {"block_q": 128, "block_k": 128, "block_b": 2})
+    assert [c["grid"][0] for c in result["pallas_calls"]] == [1, 1, 1], result["pallas_calls"]
 
 
 def test_attention_backward_grad_bshd_unmasked(tmp_path):
@@ -385,7 +390,7 @@ def test_attention_backward_grad_bshd_unmasked(tmp_path):
             return dk.astype(k.dtype), dv.astype(v.dtype), dq.astype(q.dtype)
         """)
     matched, result, source = template_and_check(tmp_path, spec, "attention_backward",
-                                                 {"block_q": 128, "block_k": 128})
+                                                 {"block_q": 128, "block_k": 128, "block_b": 2})
     summary = matched["matches"][0]["summary"]
     assert summary.startswith("unmasked") and "q=in1 k=in2 v=in3 dO=in0" in summary, summary
     assert 'return grads["dk"], grads["dv"], grads["dq"]' in source
