@@ -160,6 +160,7 @@ public:
     int64_t seq = m.facts["seq"];
     nlohmann::json p = {{"block_q", effective_block(seq, 128, 512)},
                         {"block_k", effective_block(seq, 128, 512)},
+                        {"block_b", 1},  // set, so that the search can grow it
                         {"mxu_dtype", m.facts["mxu_dtype"]},
                         {"dimension_semantics", {"parallel", "parallel"}},
                         {"vmem_limit_bytes", chip.scoped_vmem_bytes}};

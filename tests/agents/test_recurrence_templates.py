@@ -8,7 +8,9 @@ state loop), matmul_backward (jax.vjp /
 explicit einsums over a 3-D activation), attention_backward (jax.vjp of a causal einsum
 attention / jax.grad of a hand-written unmasked one in [B, S, H, D]). Each family also refuses
 a reference that is close to it but not of it."""
-from template_cli import matches, needs_binary, template_and_check, write_spec
+import json
+
+from template_cli import matches, needs_binary, run, template_and_check, write_spec
 
 pytestmark = needs_binary
 
@@ -366,6 +368,12 @@ def test_attention_backward_vjp_causal(tmp_path):
     _, result, _ = template_and_check(tmp_path, spec, "attention_backward",
                                       {"block_q": 128, "block_k": 128, "block_b": 2})
     assert [c["grid"][0] for c in result["pallas_calls"]] == [1, 1, 1], result["pallas_calls"]
+    # the first kernel's children: the search can grow block_b from its first kernel's 1
+    t = run("template", spec, "--name", "attention_backward", "--out", tmp_path / "first.py",
+            "--children-dir", tmp_path / "children", "--json", "-")
+    assert t.returncode == 0, t.stdout + t.stderr
+    moves = json.loads(t.stdout)["children"]
+    assert any(c["changes"].get("block_b") == 2 for c in moves), moves
 
 
 def test_attention_backward_grad_bshd_unmasked(tmp_path):
