@@ -665,7 +665,8 @@ public:
   };
   pieces row_pieces(const template_match& m, const json& params, const blocks& b) const {
     const auto& c = m.facts["config"];
-    bool on = c["mode"] == "row" && c.value("pool", int64_t{1}) == 1 && !c["full_m"].get<bool>();
+    bool on =
+        c["mode"] == "row" && c.value("pool", int64_t{1}) == 1 && !c["full_m"].get<bool>();
     for (const auto& o : c["outputs"])
       on = on && o[0][1].get<bool>();
     if (!on)
@@ -674,8 +675,9 @@ public:
       return params.contains(k) && params[k].is_number_integer() ? params[k].get<int64_t>() : d;
     };
     int64_t am = c["align"][0];
-    return {effective_block(b.bm, am, want("epilogue_rows", std::max(am, kPieceBytes / (4 * b.bn)))),
-            effective_block(b.bn, 128, want("dot_cols", std::max<int64_t>(128, kPieceBytes / (4 * b.bm))))};
+    int64_t rows = want("epilogue_rows", std::max(am, kPieceBytes / (4 * b.bn)));
+    int64_t cols = want("dot_cols", std::max<int64_t>(128, kPieceBytes / (4 * b.bm)));
+    return {effective_block(b.bm, am, rows), effective_block(b.bn, 128, cols)};
   }
 
   int64_t vmem_bytes(const template_match& m, const json& params) const override {
