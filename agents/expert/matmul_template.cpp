@@ -574,6 +574,11 @@ public:
                       outputs.size() == 1 && pool == 1 && !int_dot &&
                       outputs[0][0][1].get<bool>() && outputs[0][0][2].get<bool>() &&
                       outputs[0][1] == "float32";
+    // Row mode's epilogue may run on a few rows at a time (row_pieces below) when every row
+    // is independent: no reduction over M, every output per row, no pooling.
+    bool pieces = mode == "row" && pool == 1 && !full_m;
+    for (const auto& o : outputs)
+      pieces = pieces && o[0][1].get<bool>();
     json stream_accs = json::array();
     if (mode == "stream")
       for (auto& d : prog.accumulator_dtypes)
@@ -607,6 +612,7 @@ public:
                    {"outputs", outputs},
                    {"acc_dtype", int_dot ? "int32" : "float32"},
                    {"acc_in_out", acc_in_out},
+                   {"row_pieces", pieces},
                    {"stream_accs", stream_accs},
                    {"pool", pool},
                    {"pool_outer", pool_outer},
@@ -665,11 +671,7 @@ public:
   };
   pieces row_pieces(const template_match& m, const json& params, const blocks& b) const {
     const auto& c = m.facts["config"];
-    bool on =
-        c["mode"] == "row" && c.value("pool", int64_t{1}) == 1 && !c["full_m"].get<bool>();
-    for (const auto& o : c["outputs"])
-      on = on && o[0][1].get<bool>();
-    if (!on)
+    if (!c.value("row_pieces", false))
       return {b.bm, b.bn};
     auto want = [&](const char* k, int64_t d) {
       return params.contains(k) && params[k].is_number_integer() ? params[k].get<int64_t>() : d;

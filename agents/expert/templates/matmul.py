@@ -25,9 +25,10 @@ PARAMS = {{params}}
 # different contractions (x @ w_ih + h @ w_hh) run one after the other along the K grid
 # axis, each operand's block index held at its segment's ends outside it (no refetch).
 # acc_in_out: the one dot accumulates straight into its f32 output block (no scratch copy).
-# In row mode the dot runs in column slices of PARAMS["dot_cols"] and the epilogue on
-# PARAMS["epilogue_rows"] rows at a time, so their f32 temporaries stay a few MiB however
-# wide the rows (bm x N f32 is 16 MiB at bm 512, N 8192) and bm can grow instead.
+# With row_pieces (row mode, every row independent) the dot runs in column slices of
+# PARAMS["dot_cols"] and the epilogue on PARAMS["epilogue_rows"] rows at a time, so their f32
+# temporaries stay a few MiB however wide the rows (bm x N f32 is 16 MiB at bm 512, N 8192)
+# and bm can grow instead.
 CFG = {{config}}
 
 
@@ -156,8 +157,7 @@ def _matmul(mats, extras, B, M, N, K, NI=None):
     acc_dtype = jnp.dtype(CFG["acc_dtype"])
     nin, nout = len(in_specs), len(out_shape)
     in_out = CFG.get("acc_in_out", False)
-    pieces = (mode == "row" and pool == 1 and not CFG["full_m"]
-              and all(pres[1] for pres, _ in CFG["outputs"]))
+    pieces = CFG.get("row_pieces", False)
     piece_rows = _fit(bm, int(PARAMS.get("epilogue_rows", bm)), am) if pieces else bm
     piece_cols = _fit(bn, int(PARAMS.get("dot_cols", bn)), 128) if pieces else bn
     scratch = [] if in_out else [pltpu.VMEM((bm, bn), acc_dtype) for _ in dots]
