@@ -104,6 +104,15 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
           result = caf::make_error(caf::sec::request_timeout,
                                    fmt::format("no answer from {}:{}: {}", host, port,
                                                failure.reason));
+        } else if (tls && failure.closed) {
+          // No verdict on anyone's credentials: a supervisor killed a moment ago still
+          // accepts on its dying socket, one restarting closes what came too early. Worth
+          // another try, unlike a refusal.
+          result = caf::make_error(
+            caf::sec::cannot_connect_to_node,
+            fmt::format("{}:{} closed the connection during the TLS handshake (a process "
+                        "stopping or starting there, or a port that speaks no TLS)",
+                        host, port));
         } else if (tls && handshake_refused(err)) {
           std::string why = failure.reason;
           if (why.empty())

@@ -63,8 +63,26 @@ peer peer_of(SSL* ssl) {
   return p;
 }
 
+// The connection ended without a verdict (no certificate failed, no alert): reset, or
+// closed, which OpenSSL 3 reports as an "unexpected eof" error and 1.1 as a syscall error.
+bool closed_without_verdict(SSL* ssl, int error_kind) {
+  if (SSL_get_verify_result(ssl) != X509_V_OK)
+    return false;
+  unsigned long e = ERR_peek_last_error();
+  if (error_kind == SSL_ERROR_SYSCALL)
+    return e == 0;
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+  return error_kind == SSL_ERROR_SSL && ERR_GET_LIB(e) == ERR_LIB_SSL
+         && ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING;
+#else
+  return false;
+#endif
+}
+
 // Why the handshake failed, without taking the errors off the queue (CAF reads them next).
 std::string reason_of(SSL* ssl, int error_kind, bool we_verify_peer_as) {
+  if (closed_without_verdict(ssl, error_kind))
+    return "the connection closed during the TLS handshake";
   long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK)
     return fmt::format("{} certificate is not from this cluster ({})",
@@ -83,8 +101,6 @@ std::string reason_of(SSL* ssl, int error_kind, bool we_verify_peer_as) {
                          reason);
     return fmt::format("TLS handshake failed ({})", reason);
   }
-  if (error_kind == SSL_ERROR_SYSCALL)
-    return "the connection closed during the TLS handshake";
   return "TLS handshake failed";
 }
 
@@ -278,7 +294,7 @@ __attribute__((visibility("default"))) int SSL_connect(SSL* ssl) {
       timed_out ? fmt::format("the TLS handshake did not complete within {} ms",
                               deadline_ms.load())
                 : reason_of(ssl, kind, true),
-      timed_out};
+      timed_out, !timed_out && closed_without_verdict(ssl, kind)};
     auto& s = shared();
     std::lock_guard<std::mutex> lock(s.mutex);
     s.connect_failures[p.port] = std::move(f);

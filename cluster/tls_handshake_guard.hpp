@@ -47,6 +47,9 @@ void set_tls_handshake_deadline(std::chrono::milliseconds deadline);
 struct tls_connect_failure {
   std::string reason;      // "" when it did not fail on our side
   bool timed_out = false;  // the handshake passed its deadline (a stalled peer, not a refusal)
+  // The peer closed the connection without a TLS verdict (no alert, nothing wrong with its
+  // certificate): a process dying or starting on that port, or one that speaks no TLS.
+  bool closed = false;
 };
 
 // Why the last TLS connect of this process to a peer listening on `port` failed on our side

@@ -133,8 +133,12 @@ def test_the_supervisor_killed_several_times_resumes_without_redoing_work(cluste
     for _ in range(3):
         # A random moment once one or two more evaluations were stored.
         target = stored_evaluations(cluster.state) + rng.randint(1, 2)
-        wait_for(lambda: stored_evaluations(cluster.state) >= target or proc.poll() is not None,
-                 600, f"stored evaluations (seed {seed})")
+        wait_for(lambda: stored_evaluations(cluster.state) >= target or proc.poll() is not None
+                 or any(n.poll() is not None for n in nodes),
+                 600, f"stored evaluations (seed {seed}, kills {kills})")
+        # A node reconnecting to the supervisor's dying or starting port keeps trying.
+        for n in nodes:
+            assert n.poll() is None, f"seed {seed}, kills {kills}: {n.log.read_text()}"
         time.sleep(rng.uniform(0.0, 2.0))
         if proc.poll() is not None:
             break

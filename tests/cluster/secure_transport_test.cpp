@@ -321,6 +321,46 @@ TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
   EXPECT_FALSE(authentication_failed(r.error())) << sys.render(r.error());
 }
 
+// A peer that accepts and closes before any TLS byte, as a supervisor killed a moment ago
+// does (its listening socket still takes the connection) or one starting again: no verdict
+// on the credentials, so a node tries again instead of exiting as refused.
+TEST_F(SecureTransport, APeerClosingMidHandshakeIsNotAnAuthenticationFailure) {
+  for (bool reset : {false, true}) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(fd, 8), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::thread closer([fd, reset] {
+      int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0)
+        return;
+      char hello[4096];
+      (void)::recv(c, hello, sizeof hello, 0);  // the ClientHello, then gone
+      if (reset) {  // as the kernel ends a killed process's connections
+        linger now{1, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+      }
+      ::close(c);
+    });
+    {
+      node_config cfg{&a_};
+      caf::actor_system sys{cfg};
+      auto r = connect_actor(sys, "127.0.0.1", ntohs(addr.sin_port), 3s);
+      ASSERT_FALSE(r);
+      EXPECT_FALSE(authentication_failed(r.error())) << reset << " " << sys.render(r.error());
+      EXPECT_NE(sys.render(r.error()).find("closed the connection during the TLS handshake"),
+                std::string::npos)
+        << reset << " " << sys.render(r.error());
+    }
+    closer.join();
+    ::close(fd);
+  }
+}
+
 // A peer that accepts (the kernel completes the TCP handshake on a listening socket) and
 // never answers: connect_actor gives up at its timeout instead of waiting forever.
 TEST_F(SecureTransport, AStalledPeerTimesOut) {
