@@ -313,6 +313,21 @@ uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+// A socket listening on a free loopback port (the kernel completes TCP handshakes on it
+// whether anyone accepts or not); -1 on failure.
+int loopback_listener(uint16_t& port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
+      || ::listen(fd, 8) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return -1;
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
 TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
   node_config cfg{&a_};
   caf::actor_system sys{cfg};
@@ -326,14 +341,9 @@ TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
 // on the credentials, so a node tries again instead of exiting as refused.
 TEST_F(SecureTransport, APeerClosingMidHandshakeIsNotAnAuthenticationFailure) {
   for (bool reset : {false, true}) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    ASSERT_EQ(::listen(fd, 8), 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    uint16_t port = 0;
+    int fd = loopback_listener(port);
+    ASSERT_GE(fd, 0);
     std::thread closer([fd, reset] {
       int c = ::accept(fd, nullptr, nullptr);
       if (c < 0)
@@ -349,7 +359,7 @@ TEST_F(SecureTransport, APeerClosingMidHandshakeIsNotAnAuthenticationFailure) {
     {
       node_config cfg{&a_};
       caf::actor_system sys{cfg};
-      auto r = connect_actor(sys, "127.0.0.1", ntohs(addr.sin_port), 3s);
+      auto r = connect_actor(sys, "127.0.0.1", port, 3s);
       ASSERT_FALSE(r);
       EXPECT_FALSE(authentication_failed(r.error())) << reset << " " << sys.render(r.error());
       EXPECT_NE(sys.render(r.error()).find("closed the connection during the TLS handshake"),
@@ -367,19 +377,14 @@ TEST_F(SecureTransport, AStalledPeerTimesOut) {
   // CAF busy-loops while a handshake waits and cannot shut down until it ends: the
   // handshake deadline ends it.
   set_tls_handshake_deadline(1s);
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 8), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  uint16_t port = 0;
+  int fd = loopback_listener(port);
+  ASSERT_GE(fd, 0);
   {
     node_config cfg{&a_};
     caf::actor_system sys{cfg};
     auto t0 = std::chrono::steady_clock::now();
-    auto r = connect_actor(sys, "127.0.0.1", ntohs(addr.sin_port), 500ms);
+    auto r = connect_actor(sys, "127.0.0.1", port, 500ms);
     auto waited = std::chrono::steady_clock::now() - t0;
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error(), caf::sec::request_timeout) << sys.render(r.error());
