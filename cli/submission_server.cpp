@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -53,6 +54,16 @@ private:
   std::mutex mutex_;
   std::deque<std::pair<std::string, std::string>> frames_;
 };
+
+// False when the client is not connected (the router is mandatory) or its queue is full.
+bool send_frame(zmq::socket_t& router, const std::string& identity, const std::string& bytes) {
+  try {
+    std::array<zmq::const_buffer, 2> out{zmq::buffer(identity), zmq::buffer(bytes)};
+    return zmq::send_multipart(router, out, zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t&) {
+    return false;
+  }
+}
 
 std::string event_bytes(const std::function<void(schema::ClientEvent::Builder)>& fill) {
   capnp::MallocMessageBuilder msg;
@@ -442,12 +453,7 @@ void submission_server::serve(const std::atomic<bool>& stop) {
       io.unsent.push_back({std::move(identity), std::move(bytes), now});
     std::deque<impl::pending_frame> keep;
     for (auto& f : io.unsent) {
-      bool sent = false;
-      try {
-        std::array<zmq::const_buffer, 2> out{zmq::buffer(f.identity), zmq::buffer(f.bytes)};
-        sent = zmq::send_multipart(io.router, out, zmq::send_flags::dontwait).has_value();
-      } catch (const zmq::error_t&) {
-      }
+      bool sent = send_frame(io.router, f.identity, f.bytes);
       if (!sent && now - f.since < std::chrono::minutes(1))
         keep.push_back(std::move(f));
     }
@@ -462,6 +468,34 @@ void submission_server::serve(const std::atomic<bool>& stop) {
       }
     }
   }
+  // The clients of runs still going learn why the run goes quiet (each keeps waiting, and
+  // hears from it again when the supervisor is started with --resume).
+  for (auto& r : io.runs)
+    if (!r->done)
+      io.box.push(r->identity, event_bytes([&](schema::ClientEvent::Builder e) {
+                    auto out = e.initOutput();
+                    out.setStream(2);
+                    out.setText("supervisor: stopped with this run unfinished ("
+                                + r->id + "); it goes on when the supervisor is started again "
+                                "with --resume\n");
+                  }));
+  for (auto& f : io.unsent)
+    send_frame(io.router, f.identity, f.bytes);
+  for (auto& [identity, bytes] : io.box.take())
+    send_frame(io.router, identity, bytes);
+  // Sent before the process ends (it may end with _Exit): terminating the context waits for
+  // queued frames, up to the router's linger. The ZAP handler's sockets go first, or the
+  // termination would wait for them.
+  io.auth.reset();
+  io.router.close();
+  io.context.close();
+}
+
+size_t submission_server::unfinished() const {
+  size_t n = 0;
+  for (auto& r : impl_->runs)
+    n += r->done ? 0 : 1;
+  return n;
 }
 
 }  // namespace maxkernel::cli

@@ -35,8 +35,13 @@ public:
   // Binds the socket; false with `error` (exit code 2: a bad endpoint or a port in use).
   bool bind(std::string& error);
   const std::string& endpoint() const { return endpoint_; }
-  // Serves until `stop` turns true; then waits for the running submissions to end.
+  // Serves until `stop` turns true; then tells the clients of the submissions still running
+  // that they are left for --resume, and returns.
   void serve(const std::atomic<bool>& stop);
+  // Submissions still running: their searches cannot be cut short cleanly, so a supervisor
+  // that stops with any ends its process as a kill would (their state is in the store and
+  // the search graphs, which --resume continues from).
+  size_t unfinished() const;
 
 private:
   struct impl;

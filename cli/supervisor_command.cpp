@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -114,6 +115,16 @@ int run_supervisor(const supervisor_command_options& opts) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   server.serve(stop_requested);
+  if (auto left = server.unfinished()) {
+    // Waiting for them would wait for whole searches (their dispatcher is about to go, so
+    // forever); cut short as by a kill, which the store and the search graphs survive.
+    std::cerr << fmt::format("supervisor: stopped with {} run(s) unfinished; `maxkernel "
+                             "supervisor --resume` with this state directory goes on with "
+                             "them\n",
+                             left);
+    std::cerr.flush();
+    std::_Exit(0);
+  }
   std::cerr << "supervisor: stopped\n";
   return 0;
 }

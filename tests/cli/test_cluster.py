@@ -275,14 +275,24 @@ def test_ctrl_c_at_the_client_stops_the_search_on_the_supervisor(cluster):
     assert len(codes) == 1 and codes[0].read_text().strip() == str(proc.returncode)
 
 
-def test_a_killed_supervisor_resumes_without_redoing_finished_work(cluster, fault_free):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_supervisor_resumes_without_redoing_finished_work(cluster, fault_free, sig):
+    """SIGKILL, or SIGTERM (the supervisor's own stop: at once, its run left as a kill leaves
+    it, and its client told so), then --resume."""
     nodes, out, proc = start_search_on_three_nodes(cluster)
     wait_for(lambda: stored_evaluations(cluster.state) >= 3, 600, "three stored evaluations")
-    os.killpg(cluster.supervisor.pid, signal.SIGKILL)
-    cluster.supervisor.wait(timeout=30)
+    first = cluster.supervisor
+    os.killpg(first.pid, sig)
+    first.wait(timeout=30)  # not the rest of the search
+    if sig == signal.SIGTERM:
+        assert first.returncode == 0
+        log = (cluster.base / "supervisor0.log").read_text()
+        assert "stopped with 1 run(s) unfinished" in log and "--resume" in log, log
     done_before = stored_evaluations(cluster.state)
     cluster.start_supervisor("--resume")
     r = Result(finish(proc), out)
+    if sig == signal.SIGTERM:
+        assert "stopped with this run unfinished" in proc.stderr_text, proc.stderr_text
     check_complete(r)
     assert r.result["resumed"] is True
     assert [identity(v) for v in r.vertices] == [identity(v) for v in fault_free.vertices]
