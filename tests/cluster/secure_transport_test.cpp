@@ -300,19 +300,6 @@ TEST_F(SecureTransport, TlsClientsWithoutTheClustersCertificateGetNothing) {
   EXPECT_EQ(*sum, 5);
 }
 
-// A loopback port nobody listens on (bound and closed again).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A socket listening on a free loopback port (the kernel completes TCP handshakes on it
 // whether anyone accepts or not); -1 on failure.
 int loopback_listener(uint16_t& port) {
@@ -326,6 +313,15 @@ int loopback_listener(uint16_t& port) {
     return -1;
   port = ntohs(addr.sin_port);
   return fd;
+}
+
+// A loopback port nobody listens on (taken and closed again).
+uint16_t free_port() {
+  uint16_t port = 0;
+  int fd = loopback_listener(port);
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  return port;
 }
 
 TEST_F(SecureTransport, ConnectToNothingIsNotAnAuthenticationFailure) {
